@@ -1,0 +1,65 @@
+"""Backoff policies: pure functions from an attempt number to a delay in seconds."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pgjobs.errors import InvalidOption
+
+BackoffType = Literal["fixed", "exponential"]
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Delay before retry number ``attempt`` (1-based: the attempt that just failed).
+
+    ``fixed``: always ``delay``. ``exponential``: ``delay * 2 ** (attempt - 1)``, capped
+    at ``max_delay``. ``jitter`` in [0, 1] spreads the delay uniformly over
+    ``[d * (1 - jitter), d]`` so a burst of failures does not retry in lockstep.
+    """
+
+    type: BackoffType = "exponential"
+    delay: float = 1.0
+    max_delay: float | None = 3600.0
+    jitter: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.type not in ("fixed", "exponential"):
+            raise InvalidOption("backoff.type", f"must be 'fixed' or 'exponential', got {self.type!r}")
+        if not (isinstance(self.delay, int | float) and math.isfinite(self.delay) and self.delay >= 0):
+            raise InvalidOption("backoff.delay", f"must be a finite number >= 0, got {self.delay!r}")
+        if self.max_delay is not None and not (
+            isinstance(self.max_delay, int | float) and math.isfinite(self.max_delay) and self.max_delay >= 0
+        ):
+            raise InvalidOption("backoff.max_delay", f"must be a finite number >= 0, got {self.max_delay!r}")
+        if not (isinstance(self.jitter, int | float) and 0.0 <= self.jitter <= 1.0):
+            raise InvalidOption("backoff.jitter", f"must be between 0 and 1, got {self.jitter!r}")
+
+    @classmethod
+    def fixed(cls, delay: float, jitter: float = 0.0) -> Backoff:
+        return cls("fixed", delay, None, jitter)
+
+    @classmethod
+    def exponential(cls, delay: float, max_delay: float | None = 3600.0, jitter: float = 0.0) -> Backoff:
+        return cls("exponential", delay, max_delay, jitter)
+
+    def seconds(self, attempt: int) -> float:
+        if self.type == "fixed":
+            base = self.delay
+        else:
+            base = self.delay * 2.0 ** min(max(attempt - 1, 0), 62)
+        if self.max_delay is not None:
+            base = min(base, self.max_delay)
+        if self.jitter:
+            base *= 1.0 - self.jitter * random.random()
+        return base
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "delay": self.delay, "max_delay": self.max_delay, "jitter": self.jitter}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Backoff:
+        return cls(data["type"], data["delay"], data.get("max_delay"), data.get("jitter", 0.0))

@@ -1,0 +1,100 @@
+"""Writes handler outcomes in batches: one fenced statement for everything that finished
+while the previous write was in flight (group commit, no timer)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+import asyncpg
+
+from pgjobs.config import notify_channel
+from pgjobs.executor import Database
+from pgjobs.outcomes import Outcome
+
+logger = logging.getLogger("pgjobs.completer")
+
+MAX_BATCH = 1000
+RETRY_MIN_SECONDS = 0.05
+RETRY_MAX_SECONDS = 5.0
+
+
+class Completer:
+    """Buffer outcomes; ``submit`` resolves to True when written, False when the job was no
+    longer owned by its claim (the write was a fenced no-op)."""
+
+    def __init__(self, db: Database, on_lost: Callable[[Outcome], None]) -> None:
+        self._db = db
+        self._on_lost = on_lost
+        self._channel = notify_channel(db.schema)
+        self._buffer: list[tuple[Outcome, asyncio.Future[bool]]] = []
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="pgjobs-completer")
+
+    async def submit(self, outcome: Outcome) -> bool:
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._buffer.append((outcome, future))
+        self._ready.set()
+        return await future
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+    async def stop(self) -> None:
+        """Flush what is buffered, then stop."""
+        if self._task is None:
+            return
+        while self._buffer:
+            await self._flush_once()
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            while self._buffer:
+                await self._flush_once()
+
+    async def _flush_once(self) -> None:
+        batch, self._buffer = self._buffer[:MAX_BATCH], self._buffer[MAX_BATCH:]
+        delay = RETRY_MIN_SECONDS
+        while True:
+            try:
+                written = await self._write([outcome for outcome, _ in batch])
+                break
+            except (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
+                    asyncpg.CannotConnectNowError, asyncpg.AdminShutdownError) as exc:
+                # The outcomes are still in memory and still fenced: retrying is safe.
+                logger.warning("writing %d outcomes failed (%s); retrying in %.2fs", len(batch), exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_SECONDS)
+        for outcome, future in batch:
+            owned = outcome.job_id in written
+            if not owned:
+                self._on_lost(outcome)
+            if not future.done():
+                future.set_result(owned)
+
+    async def _write(self, outcomes: list[Outcome]) -> set[int]:
+        rows = await self._db.fetch(
+            "finish",
+            [o.job_id for o in outcomes],
+            [o.lock_token for o in outcomes],
+            [o.status for o in outcomes],
+            [o.output_json for o in outcomes],
+            [o.delay for o in outcomes],
+            [o.error_json for o in outcomes],
+            [o.refund_attempt for o in outcomes],
+            [o.deferred for o in outcomes],
+            self._channel,
+        )
+        return {row["id"] for row in rows}

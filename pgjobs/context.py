@@ -1,0 +1,117 @@
+"""What a handler sees of its job, and its fenced writes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+
+from pgjobs import jsonvalue
+from pgjobs.errors import InvalidOption, JobLost
+from pgjobs.executor import Database
+
+_UNSET: Any = object()
+
+
+class JobContext:
+    """The running job: identity, counters, and writes fenced by this claim's lock token.
+
+    Every write returns False (or raises JobLost) once another actor took the job over
+    (its lease expired and it was reclaimed, or it was cancelled or purged): a
+    dispossessed handler can never overwrite its successor.
+    """
+
+    __slots__ = (
+        "_db", "_lease_seconds", "attempts", "deferrals", "flow_id", "id", "kind", "lock_token",
+        "lost", "max_attempts", "max_deferrals", "metadata", "name", "priority", "queue", "tenant",
+    )
+
+    def __init__(self, db: Database, row: asyncpg.Record, lease_seconds: float) -> None:
+        self._db = db
+        self._lease_seconds = lease_seconds
+        self.id: int = row["id"]
+        self.queue: str = row["queue"]
+        self.kind: str = row["kind"]
+        self.name: str = row["name"]
+        self.priority: int = row["priority"]
+        self.attempts: int = row["attempts"]
+        """Attempts started, this one included (1 on the first run)."""
+        self.max_attempts: int = row["max_attempts"]
+        self.deferrals: int = row["deferrals"]
+        """Deferrals used so far (this run's, if it defers, not yet counted)."""
+        self.max_deferrals: int = row["max_deferrals"]
+        self.tenant: str | None = row["tenant"]
+        self.metadata: Any = jsonvalue.loads(row["metadata"])
+        self.flow_id: int | None = row["flow_id"]
+        self.lock_token: Any = row["lock_token"]
+        self.lost = False
+        """True once a fenced write found the job taken over; the handler should stop."""
+
+    def _encode_progress(self, value: Any) -> str:
+        try:
+            return jsonvalue.dumps(value)
+        except jsonvalue.NotJson as exc:
+            raise InvalidOption("progress", str(exc)) from None
+
+    async def progress(self, value: Any) -> bool:
+        """Store ``value`` (any JSON) as the job's progress and extend its lease.
+
+        Returns False, and writes nothing, when this worker no longer owns the job.
+        """
+        return await self._write_progress(self._encode_progress(value), None)
+
+    async def save_progress(self, conn: asyncpg.Connection, value: Any) -> bool:
+        """Fenced progress write on the caller's connection, inside the caller's transaction.
+
+        Returns False when ownership was lost; the caller must then roll back its transaction
+        (``transaction()`` does this for you).
+        """
+        return await self._write_progress(self._encode_progress(value), conn)
+
+    async def _write_progress(self, encoded: str, conn: asyncpg.Connection | None) -> bool:
+        if self.lost:
+            return False
+        row = await self._db.fetchrow(
+            "set_progress", self.id, self.lock_token, encoded, self._lease_seconds, conn=conn
+        )
+        if row is None:
+            self.lost = True
+        return row is not None
+
+    @asynccontextmanager
+    async def transaction(self, progress: Any = _UNSET) -> AsyncIterator[asyncpg.Connection]:
+        """A transaction whose commit is conditional on still owning the job.
+
+        The handler's own writes on the yielded connection commit together with a fenced
+        checkpoint (``progress``, if given, else the lease is just extended). If the job was
+        taken over meanwhile, everything is rolled back and JobLost is raised: the handler's
+        batch is never committed by a dispossessed worker.
+
+        >>> async with ctx.transaction(progress={"cursor": 500}) as conn:
+        ...     await conn.execute("INSERT INTO results ...")
+        """
+        async with self._db.pool.acquire() as conn:
+            tx = conn.transaction()
+            await tx.start()
+            try:
+                yield conn
+                encoded = self._encode_progress(None if progress is _UNSET else progress)
+                if progress is _UNSET:
+                    owned = await self._db.fetchrow(
+                        "heartbeat", [self.id], [self.lock_token], self._lease_seconds, conn=conn
+                    )
+                else:
+                    owned = await self._db.fetchrow(
+                        "set_progress", self.id, self.lock_token, encoded, self._lease_seconds,
+                        conn=conn,
+                    )
+            except BaseException:
+                await tx.rollback()
+                raise
+            if owned is None:
+                await tx.rollback()
+                self.lost = True
+                raise JobLost(self.id)
+            await tx.commit()

@@ -1,0 +1,163 @@
+"""Turning typed inputs into job rows: one, many in one round trip, or on a caller's transaction.
+
+Nothing is written until every job of a call has been validated, so bad input never
+leaves a half-written batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from pgjobs import jsonvalue, options
+from pgjobs.config import notify_channel
+from pgjobs.errors import DedupRaceError, InvalidOption
+from pgjobs.executor import Database
+from pgjobs.kinds import Kind, Registry
+from pgjobs.models import EnqueueResult
+
+# The in-flight holder of a dedup key can finish between our conflict and our read of it;
+# then the key is free and inserting again succeeds. Three rounds bound a pathological churn.
+MAX_DEDUP_ROUNDS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job to enqueue: its kind, its input, and per-job overrides of the kind's defaults."""
+
+    kind: str | Kind[Any]
+    input: Any
+    queue: str | None = None
+    priority: int | None = None
+    run_at: datetime | None = None
+    delay: float | timedelta | None = None
+    max_attempts: int | None = None
+    backoff: Any = None
+    max_deferrals: int | None = None
+    name: str | None = None
+    dedup_key: str | None = None
+    group_key: str | None = None
+    tenant: str | None = None
+    metadata: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedJob:
+    """A validated job, as the bind parameters of the insert statements."""
+
+    queue: str
+    kind: str
+    name: str
+    payload: str
+    priority: int
+    run_at: datetime | None
+    delay: float | None
+    max_attempts: int
+    max_deferrals: int
+    backoff: str
+    dedup_key: str | None
+    group_key: str | None
+    tenant: str | None
+    metadata: str | None
+
+    def dedup_identity(self) -> tuple[str, str, str] | None:
+        if self.dedup_key is None:
+            return None
+        return (self.queue, self.dedup_key, self.tenant or "")
+
+
+def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
+    """Validate ``spec`` against its kind and the option rules; raise naming the field at fault."""
+    kind = spec.kind if isinstance(spec.kind, Kind) else registry.get(spec.kind)
+    typed = kind.validate(spec.input)
+    payload = kind.encode(typed)
+    if spec.run_at is not None and spec.delay is not None:
+        raise InvalidOption("delay", "give either run_at or delay, not both")
+    metadata = None
+    if spec.metadata is not None:
+        try:
+            metadata = jsonvalue.dumps(spec.metadata)
+        except jsonvalue.NotJson as exc:
+            raise InvalidOption("metadata", str(exc)) from None
+    name = spec.name if spec.name is not None else kind.label(typed)
+    group_key = spec.group_key if spec.group_key is not None else kind.group(typed)
+    return PreparedJob(
+        queue=options.queue(spec.queue if spec.queue is not None else kind.queue),
+        kind=kind.name,
+        name=options.text("name", name, optional=False) or "",
+        payload=payload,
+        priority=options.priority(spec.priority if spec.priority is not None else kind.priority),
+        run_at=options.run_at(spec.run_at),
+        delay=options.delay_seconds(spec.delay),
+        max_attempts=options.max_attempts(
+            spec.max_attempts if spec.max_attempts is not None else kind.max_attempts
+        ),
+        max_deferrals=options.max_deferrals(
+            spec.max_deferrals if spec.max_deferrals is not None else kind.max_deferrals
+        ),
+        backoff=jsonvalue.dumps(
+            options.backoff(spec.backoff if spec.backoff is not None else kind.backoff).to_json()
+        ),
+        dedup_key=options.text("dedup_key", spec.dedup_key),
+        group_key=options.text("group_key", group_key),
+        tenant=options.text("tenant", spec.tenant, max_bytes=256),
+        metadata=metadata,
+    )
+
+
+def _row_args(job: PreparedJob) -> tuple[Any, ...]:
+    return (
+        job.queue, job.kind, job.name, job.payload, job.priority, job.run_at, job.delay,
+        job.max_attempts, job.max_deferrals, job.backoff, job.dedup_key, job.group_key,
+        job.tenant, job.metadata,
+    )
+
+
+async def insert_one(db: Database, job: PreparedJob, conn: Any = None) -> EnqueueResult:
+    """Insert ``job`` or return the in-flight holder of its dedup key (bounded race loop)."""
+    channel = notify_channel(db.schema)
+    for _ in range(MAX_DEDUP_ROUNDS):
+        row = await db.fetchrow("enqueue_one", *_row_args(job), channel, conn=conn)
+        if row is not None:
+            return EnqueueResult(row["id"], row["duplicate"])
+    assert job.dedup_key is not None  # without a key the insert cannot conflict
+    raise DedupRaceError(job.queue, job.dedup_key, MAX_DEDUP_ROUNDS)
+
+
+async def insert_many(db: Database, jobs: list[PreparedJob], conn: Any = None) -> list[EnqueueResult]:
+    """Insert ``jobs`` in one statement; results are in input order.
+
+    A dedup key repeated inside the batch keeps its first job; later ones report it as their
+    duplicate. A key held by a job already in the table is resolved like ``insert_one``.
+    """
+    if not jobs:
+        return []
+    first_of_key: dict[tuple[str, str, str], int] = {}
+    unique: list[PreparedJob] = []
+    position: list[int] = []  # input index -> index in `unique`
+    for job in jobs:
+        identity = job.dedup_identity()
+        if identity is not None and identity in first_of_key:
+            position.append(first_of_key[identity])
+            continue
+        if identity is not None:
+            first_of_key[identity] = len(unique)
+        position.append(len(unique))
+        unique.append(job)
+
+    columns = list(zip(*(_row_args(job) for job in unique), strict=True))
+    rows = await db.fetch("enqueue_many", *columns, notify_channel(db.schema), conn=conn)
+    written: list[EnqueueResult] = []
+    for job, row in zip(unique, rows, strict=True):
+        if row["inserted"]:
+            written.append(EnqueueResult(row["id"]))
+        else:
+            written.append(await insert_one(db, job, conn))
+    results = []
+    seen: set[int] = set()
+    for index in position:
+        result = written[index]
+        results.append(result if index not in seen else EnqueueResult(result.id, duplicate=True))
+        seen.add(index)
+    return results

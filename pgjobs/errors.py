@@ -1,0 +1,90 @@
+"""The pgjobs error tree: one base, and subclasses that carry the thing at fault."""
+
+from __future__ import annotations
+
+
+class PgJobsError(Exception):
+    """Base of every error pgjobs raises on purpose."""
+
+
+class InvalidOption(PgJobsError, ValueError):
+    """An enqueue or worker option is out of range or of the wrong type."""
+
+    def __init__(self, option: str, message: str) -> None:
+        self.option = option
+        super().__init__(f"invalid option {option!r}: {message}")
+
+
+class InvalidJobInput(PgJobsError, ValueError):
+    """A job's payload does not satisfy its kind's input model (or is not JSON)."""
+
+    def __init__(self, kind: str, field: str, message: str) -> None:
+        self.kind = kind
+        self.field = field
+        where = f"field {field!r}" if field else "payload"
+        super().__init__(f"invalid input for kind {kind!r}: {where}: {message}")
+
+
+class UnknownKind(PgJobsError, LookupError):
+    """No kind of that name is registered."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        super().__init__(f"unknown job kind {kind!r}: register it on the Registry first")
+
+
+class DuplicateKind(PgJobsError, ValueError):
+    """Two kinds were registered under one name."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        super().__init__(f"job kind {kind!r} is already registered")
+
+
+class InvalidSchemaName(PgJobsError, ValueError):
+    """The configured schema name is not a plain lower-case SQL identifier."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        super().__init__(
+            f"invalid schema name {schema!r}: use 1-48 characters of a-z, 0-9 and _, "
+            "starting with a letter or _"
+        )
+
+
+class SchemaMissing(PgJobsError):
+    """The pgjobs schema is absent or older than this code expects."""
+
+    def __init__(self, schema: str, found: int | None, expected: int) -> None:
+        self.schema = schema
+        self.found = found
+        self.expected = expected
+        state = "is not installed" if found is None else f"is at version {found}"
+        super().__init__(
+            f"pgjobs schema {schema!r} {state}; this code needs version {expected}. "
+            f"Run `pgjobs migrate --dsn ... --schema {schema}` (or `await JobQueue.migrate()`)."
+        )
+
+
+class DedupRaceError(PgJobsError):
+    """The in-flight holder of a dedup key kept changing under a bounded number of retries."""
+
+    def __init__(self, queue: str, dedup_key: str, attempts: int) -> None:
+        self.queue = queue
+        self.dedup_key = dedup_key
+        super().__init__(
+            f"could not enqueue nor read the holder of dedup key {dedup_key!r} "
+            f"in queue {queue!r} after {attempts} attempts"
+        )
+
+
+class JobLost(PgJobsError):
+    """This worker no longer owns the job (lease expired, cancelled or purged).
+
+    Raised inside a handler by fenced writes that cannot report a boolean, such as
+    ``JobContext.transaction()``; the transaction has been rolled back.
+    """
+
+    def __init__(self, job_id: int) -> None:
+        self.job_id = job_id
+        super().__init__(f"job {job_id} is no longer owned by this worker; its writes were discarded")

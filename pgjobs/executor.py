@@ -1,0 +1,74 @@
+"""The one seam between pgjobs and asyncpg: run named statements on the pool or on a
+caller's connection, and turn "relation does not exist" into a clear SchemaMissing."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+
+from pgjobs import sql
+from pgjobs.config import validate_schema
+from pgjobs.errors import SchemaMissing
+
+Connection = asyncpg.Connection
+"""A caller-owned asyncpg connection (or pool connection proxy) to enqueue on."""
+
+
+class Database:
+    """A pool plus the schema's named statements. Methods take an optional ``conn`` so the
+    same statement runs inside a caller's transaction."""
+
+    def __init__(self, pool: asyncpg.Pool, schema: str, *, owns_pool: bool) -> None:
+        self.pool = pool
+        self.schema = validate_schema(schema)
+        self.statements = sql.queries(self.schema)
+        self.owns_pool = owns_pool
+
+    @classmethod
+    async def connect(cls, dsn: str, schema: str, *, min_size: int = 1, max_size: int = 10) -> Database:
+        validate_schema(schema)
+        pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size)
+        return cls(pool, schema, owns_pool=True)
+
+    async def close(self) -> None:
+        if self.owns_pool:
+            await self.pool.close()
+
+    def _sql(self, name: str) -> str:
+        return self.statements[name]
+
+    async def fetch(self, name: str, *args: Any, conn: Any = None) -> list[asyncpg.Record]:
+        try:
+            return await (conn or self.pool).fetch(self._sql(name), *args)  # type: ignore[no-any-return]
+        except asyncpg.UndefinedTableError as exc:
+            raise await self._schema_missing() from exc
+
+    async def fetchrow(self, name: str, *args: Any, conn: Any = None) -> asyncpg.Record | None:
+        try:
+            return await (conn or self.pool).fetchrow(self._sql(name), *args)
+        except asyncpg.UndefinedTableError as exc:
+            raise await self._schema_missing() from exc
+
+    async def fetchval(self, name: str, *args: Any, conn: Any = None) -> Any:
+        try:
+            return await (conn or self.pool).fetchval(self._sql(name), *args)
+        except asyncpg.UndefinedTableError as exc:
+            raise await self._schema_missing() from exc
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
+        """A pool connection inside a transaction: committed on exit, rolled back on error."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            yield conn
+
+    async def schema_version(self) -> int | None:
+        value = await self.pool.fetchval(self._sql("schema_version"))
+        return None if value is None else int(value)
+
+    async def _schema_missing(self) -> SchemaMissing:
+        from pgjobs.migrate import latest_version
+
+        return SchemaMissing(self.schema, await self.schema_version(), latest_version())

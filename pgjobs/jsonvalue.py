@@ -1,0 +1,66 @@
+"""JSON encoding that PostgreSQL's jsonb accepts, with errors that name the offending field."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+# jsonb rejects the NUL character and unpaired UTF-16 surrogates; json.dumps lets both through.
+_JSONB_UNSAFE = re.compile("[\x00\ud800-\udfff]")
+
+
+class NotJson(ValueError):
+    """``value`` cannot be stored as jsonb; ``path`` says where (``a.b[2]``, empty for the root)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        self.message = message
+        super().__init__(f"{path or 'value'}: {message}")
+
+
+def _locate(value: Any, path: str) -> NotJson | None:
+    if isinstance(value, str):
+        if _JSONB_UNSAFE.search(value):
+            return NotJson(path, "contains a NUL character or an unpaired surrogate, which jsonb rejects")
+        return None
+    if isinstance(value, bool) or value is None or isinstance(value, int):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else NotJson(path, f"{value!r} is not a JSON number")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return NotJson(path, f"object key {key!r} is not a string")
+            child = f"{path}.{key}" if path else key
+            found = _locate(key, child) or _locate(item, child)
+            if found:
+                return found
+        return None
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = _locate(item, f"{path}[{index}]")
+            if found:
+                return found
+        return None
+    return NotJson(path, f"a {type(value).__name__} is not JSON")
+
+
+def dumps(value: Any) -> str:
+    """Encode ``value`` as compact JSON that jsonb will store unchanged, or raise NotJson."""
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError):
+        text = None
+    if text is None or "\\u0000" in text or _JSONB_UNSAFE.search(text):
+        problem = _locate(value, "")
+        if problem is not None:
+            raise problem
+        if text is None:  # pragma: no cover - _locate covers every reason json.dumps fails
+            raise NotJson("", "not JSON-serialisable")
+    return text
+
+
+def loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)

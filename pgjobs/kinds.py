@@ -1,0 +1,146 @@
+"""Typed job kinds and the registry a worker and a producer share.
+
+A kind is a stable string that routes a job to its handler, with an input type that
+pydantic validates on enqueue and again on claim, and its defaults (queue, attempts,
+backoff, deferral budget, priority, how to name and group a job from its input).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import pydantic
+
+from pgjobs import jsonvalue, options
+from pgjobs.backoff import Backoff
+from pgjobs.errors import DuplicateKind, InvalidJobInput, InvalidOption, UnknownKind
+
+if TYPE_CHECKING:
+    from pgjobs.context import JobContext
+
+InputT = TypeVar("InputT")
+Handler = Callable[["JobContext", Any], Awaitable[Any]]
+
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_ATTEMPTS = 3
+
+
+def _first_error(exc: pydantic.ValidationError) -> tuple[str, str]:
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    field_path = ".".join(str(part) for part in first["loc"])
+    message = first["msg"]
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more error(s))"
+    return field_path, message
+
+
+@dataclass(frozen=True, eq=False)
+class Kind(Generic[InputT]):
+    """One job kind. Build it with ``Registry.kind`` (decorator) or ``Registry.declare``."""
+
+    name: str
+    input: Any
+    handler: Handler | None = None
+    queue: str = DEFAULT_QUEUE
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    backoff: Backoff = field(default_factory=Backoff)
+    max_deferrals: int = 0
+    priority: int = 0
+    job_name: Callable[[InputT], str] | None = None
+    group_key: Callable[[InputT], str | None] | None = None
+    adapter: pydantic.TypeAdapter[InputT] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name or len(self.name) > 200:
+            raise InvalidOption("kind", f"a kind is a non-empty string of at most 200 characters, got {self.name!r}")
+        options.queue(self.queue)
+        options.max_attempts(self.max_attempts)
+        options.max_deferrals(self.max_deferrals)
+        options.priority(self.priority)
+        object.__setattr__(self, "backoff", options.backoff(self.backoff))
+        try:
+            adapter = pydantic.TypeAdapter(self.input)
+        except pydantic.PydanticUserError as exc:
+            raise InvalidOption("input", f"kind {self.name!r}: not a type pydantic can validate: {exc}") from None
+        object.__setattr__(self, "adapter", adapter)
+
+    def validate(self, value: Any) -> InputT:
+        """The typed input, or InvalidJobInput naming this kind and the first bad field."""
+        try:
+            return self.adapter.validate_python(value)
+        except pydantic.ValidationError as exc:
+            raise InvalidJobInput(self.name, *_first_error(exc)) from None
+
+    def validate_json(self, text: str) -> InputT:
+        try:
+            return self.adapter.validate_json(text)
+        except pydantic.ValidationError as exc:
+            raise InvalidJobInput(self.name, *_first_error(exc)) from None
+
+    def encode(self, value: InputT) -> str:
+        """The typed input as jsonb-safe JSON text."""
+        try:
+            plain = self.adapter.dump_python(value, mode="json")
+        except pydantic.PydanticSerializationError as exc:
+            raise InvalidJobInput(self.name, "", f"not JSON-serialisable: {exc}") from None
+        try:
+            return jsonvalue.dumps(plain)
+        except jsonvalue.NotJson as exc:
+            raise InvalidJobInput(self.name, exc.path, exc.message) from None
+
+    def label(self, value: InputT) -> str:
+        return self.job_name(value) if self.job_name else self.name
+
+    def group(self, value: InputT) -> str | None:
+        return self.group_key(value) if self.group_key else None
+
+
+class Registry:
+    """The kinds an application knows. Hand it to the JobQueue; never a module global."""
+
+    def __init__(self) -> None:
+        self._kinds: dict[str, Kind[Any]] = {}
+
+    def add(self, kind: Kind[Any]) -> Kind[Any]:
+        if kind.name in self._kinds:
+            raise DuplicateKind(kind.name)
+        self._kinds[kind.name] = kind
+        return kind
+
+    def declare(self, name: str, *, input: Any, **options: Any) -> Kind[Any]:  # noqa: A002
+        """Register a kind without a handler (a producer that only enqueues it)."""
+        return self.add(Kind(name, input, None, **options))
+
+    def kind(self, name: str, *, input: Any, **options: Any) -> Callable[[Handler], Kind[Any]]:  # noqa: A002
+        """Decorator: register ``async def handler(ctx, input)`` as the handler of kind ``name``.
+
+        Options: ``queue``, ``max_attempts``, ``backoff``, ``max_deferrals``, ``priority``,
+        ``job_name(input) -> str``, ``group_key(input) -> str | None``.
+
+        >>> registry = Registry()
+        >>> @registry.kind("send_email", input=Email, queue="mail", max_attempts=5)
+        ... async def send_email(ctx, email): ...
+        """
+
+        def register(handler: Handler) -> Kind[Any]:
+            return self.add(Kind(name, input, handler, **options))
+
+        return register
+
+    def get(self, name: str) -> Kind[Any]:
+        try:
+            return self._kinds[name]
+        except (KeyError, TypeError):
+            raise UnknownKind(str(name)) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._kinds
+
+    def __iter__(self) -> Iterator[Kind[Any]]:
+        return iter(self._kinds.values())
+
+    def names(self) -> list[str]:
+        return list(self._kinds)

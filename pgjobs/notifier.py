@@ -1,0 +1,87 @@
+"""One LISTEN connection per worker: wakes claimers within milliseconds of an enqueue's commit.
+
+Notifications are a latency optimisation only; the worker's poll is the safety net, so a
+dropped connection loses time, never jobs. On reconnect every listener is woken once,
+because notifications sent while disconnected are gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+
+logger = logging.getLogger("pgjobs.notifier")
+
+RECONNECT_MIN_SECONDS = 0.1
+RECONNECT_MAX_SECONDS = 5.0
+
+
+class Notifier:
+    """Calls ``on_message(payload)`` for each NOTIFY on ``channel``; ``on_message(None)`` after
+    a reconnect (anything may have been missed)."""
+
+    def __init__(self, pool: asyncpg.Pool, channel: str, on_message: Callable[[str | None], None]) -> None:
+        self._pool = pool
+        self._channel = channel
+        self._on_message = on_message
+        self._task: asyncio.Task[None] | None = None
+        self._listening = asyncio.Event()
+
+    async def start(self) -> None:
+        """Start listening; returns once the first LISTEN is in place (or after a short wait)."""
+        self._task = asyncio.create_task(self._run(), name="pgjobs-notifier")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._listening.wait(), timeout=5.0)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def _deliver(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        self._on_message(payload)
+
+    async def _run(self) -> None:
+        delay = RECONNECT_MIN_SECONDS
+        first = True
+        while True:
+            conn: Any = None
+            try:
+                conn = await self._pool.acquire()
+                lost = asyncio.Event()
+                conn.add_termination_listener(lambda _c: lost.set())
+                await conn.add_listener(self._channel, self._deliver)
+                if not first:
+                    logger.info("LISTEN %s re-established", self._channel)
+                    self._on_message(None)
+                first = False
+                delay = RECONNECT_MIN_SECONDS
+                self._listening.set()
+                # A LISTEN connection that dies silently (server restart) is only noticed when
+                # used, so probe it now and then.
+                while not lost.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(lost.wait(), timeout=10.0)
+                    if not lost.is_set():
+                        await conn.execute("SELECT 1")
+                raise ConnectionError("LISTEN connection closed")
+            except asyncio.CancelledError:
+                if conn is not None and not conn.is_closed():
+                    with contextlib.suppress(Exception):
+                        await conn.remove_listener(self._channel, self._deliver)
+                raise
+            except Exception as exc:  # noqa: BLE001 - any failure: back off and reconnect
+                logger.warning("LISTEN %s lost (%s); reconnecting in %.1fs", self._channel, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RECONNECT_MAX_SECONDS)
+            finally:
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await self._pool.release(conn)

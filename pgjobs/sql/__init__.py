@@ -1,0 +1,69 @@
+"""Named SQL statements, read once from the .sql files beside this module.
+
+A statement is a block under a ``-- name: NAME`` header. ``{schema}`` is replaced by the
+validated schema name; values are always bind parameters.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+
+from pgjobs.config import validate_schema
+
+JOB_COLUMNS = (
+    "id, queue, kind, name, payload, output, status, priority, run_at, attempts, max_attempts, "
+    "deferrals, max_deferrals, backoff, dedup_key, group_key, flow_id, pending_deps, tenant, "
+    "metadata, progress, last_error, created_at, started_at, finished_at, heartbeat_at"
+)
+
+_HEADER = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_FILES = ("queries.sql",)
+
+
+def _parse(text: str, source: str) -> dict[str, str]:
+    parts = _HEADER.split(text)
+    found: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        if name in found:
+            raise RuntimeError(f"duplicate SQL statement name {name!r} in {source}")
+        found[name] = body.strip()
+    return found
+
+
+@cache
+def _templates() -> dict[str, str]:
+    merged: dict[str, str] = {}
+    for filename in _FILES:
+        text = resources.files(__package__).joinpath(filename).read_text(encoding="utf-8")
+        for name, body in _parse(text, filename).items():
+            if name in merged:
+                raise RuntimeError(f"SQL statement {name!r} is defined twice")
+            merged[name] = body
+    return merged
+
+
+@cache
+def queries(schema: str) -> dict[str, str]:
+    """Every named statement, ready to run against ``schema``."""
+    schema = validate_schema(schema)
+    return {
+        name: body.replace("{job_columns}", JOB_COLUMNS).replace("{schema}", schema)
+        for name, body in _templates().items()
+    }
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """``(version, name, template)`` for each file in migrations/, in version order."""
+    folder = resources.files(__package__).joinpath("migrations")
+    found = []
+    for entry in folder.iterdir():
+        match = re.fullmatch(r"(\d{4})_([a-z0-9_]+)\.sql", entry.name)
+        if match:
+            found.append((int(match.group(1)), match.group(2), entry.read_text(encoding="utf-8")))
+    found.sort()
+    versions = [v for v, _, _ in found]
+    if versions != list(range(1, len(versions) + 1)):
+        raise RuntimeError(f"migration versions must be 1..N without gaps, found {versions}")
+    return found

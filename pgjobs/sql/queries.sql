@@ -1,0 +1,156 @@
+-- Every runtime statement of the engine core, by name. {schema} is substituted once at load
+-- time with a validated identifier; {job_columns} with the column list JobRow reads. Values are
+-- always bind parameters. JSON goes in as text and is cast, so a caller's connection with its
+-- own jsonb codec cannot double-encode it.
+
+-- name: schema_version
+-- The highest applied migration, or NULL when the schema or its ledger is missing.
+SELECT CASE WHEN to_regclass('{schema}.migrations') IS NULL THEN NULL
+            ELSE (SELECT max(version) FROM {schema}.migrations) END;
+
+-- name: enqueue_one
+-- Insert one job, or return the in-flight holder of its dedup key. The NOTIFY goes out at commit.
+-- An empty result means the holder finished between the conflict and the read: try again.
+WITH ins AS (
+    INSERT INTO {schema}.jobs (queue, kind, name, payload, priority, run_at, max_attempts,
+                               max_deferrals, backoff, dedup_key, group_key, tenant, metadata)
+    VALUES ($1, $2, $3, $4::text::jsonb, $5,
+            coalesce($6::timestamptz, now() + make_interval(secs => coalesce($7::float8, 0))),
+            $8, $9, $10::text::jsonb, $11, $12, $13, $14::text::jsonb)
+    ON CONFLICT (queue, dedup_key, (coalesce(tenant, '')))
+        WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
+        DO NOTHING
+    RETURNING id, pg_notify($15, queue)
+)
+SELECT id, false AS duplicate FROM ins
+UNION ALL
+SELECT j.id, true FROM {schema}.jobs j
+WHERE $11::text IS NOT NULL AND NOT EXISTS (SELECT FROM ins)
+  AND j.queue = $1 AND j.dedup_key = $11 AND coalesce(j.tenant, '') = coalesce($13, '')
+  AND j.status IN ('pending', 'running');
+
+-- name: enqueue_many
+-- Insert many jobs in one statement. Returns one row per input (by ordinal) with the id it was
+-- given and whether it was written; rows not written hit an in-flight dedup key.
+WITH src AS MATERIALIZED (
+    SELECT nextval('{schema}.jobs_id_seq') AS id, u.*
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::timestamptz[],
+                $7::float8[], $8::int[], $9::int[], $10::text[], $11::text[], $12::text[],
+                $13::text[], $14::text[])
+         WITH ORDINALITY AS u(queue, kind, name, payload, priority, run_at, delay, max_attempts,
+                              max_deferrals, backoff, dedup_key, group_key, tenant, metadata, ord)
+),
+ins AS (
+    INSERT INTO {schema}.jobs (id, queue, kind, name, payload, priority, run_at, max_attempts,
+                               max_deferrals, backoff, dedup_key, group_key, tenant, metadata)
+    SELECT id, queue, kind, name, payload::jsonb, priority,
+           coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
+           max_attempts, max_deferrals, backoff::jsonb, dedup_key, group_key, tenant,
+           metadata::jsonb
+    FROM src ORDER BY ord
+    ON CONFLICT (queue, dedup_key, (coalesce(tenant, '')))
+        WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
+        DO NOTHING
+    RETURNING id
+),
+notified AS (
+    SELECT pg_notify($15, q.queue) FROM (SELECT DISTINCT queue FROM src) q
+)
+SELECT src.ord, src.id, ins.id IS NOT NULL AS inserted, (SELECT count(*) FROM notified) AS queues
+FROM src LEFT JOIN ins ON ins.id = src.id
+ORDER BY src.ord;
+
+-- name: claim
+-- Take up to $3 due jobs of queues $1 and kinds $2, best first, for a lease of $4 seconds.
+-- SKIP LOCKED lets concurrent claimers take disjoint rows without waiting on each other.
+WITH picked AS (
+    SELECT id FROM {schema}.jobs
+    WHERE status = 'pending' AND pending_deps = 0 AND queue = ANY($1::text[])
+      AND run_at <= now() AND kind = ANY($2::text[])
+    ORDER BY priority DESC, run_at, id
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs j
+SET status = 'running', attempts = j.attempts + 1, lock_token = gen_random_uuid(),
+    heartbeat_at = now(), locked_until = now() + make_interval(secs => $4::float8),
+    started_at = now()
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.id, j.queue, j.kind, j.name, j.payload, j.priority, j.run_at, j.attempts,
+          j.max_attempts, j.deferrals, j.max_deferrals, j.backoff, j.lock_token, j.tenant,
+          j.metadata, j.flow_id, j.progress;
+
+-- name: next_run_at
+-- Seconds (by the database clock) until the earliest pending job of these queues is due;
+-- NULL when there is none. An idle worker sleeps that long at most.
+SELECT extract(epoch FROM min(run_at) - now())::float8 FROM {schema}.jobs
+WHERE status = 'pending' AND pending_deps = 0 AND queue = ANY($1::text[]) AND kind = ANY($2::text[]);
+
+-- name: finish
+-- Write the outcomes of many handler runs, each fenced by its lock token. Returns the ids that
+-- were written; an id missing from the result was no longer owned (stalled, cancelled, purged).
+-- Jobs put back to pending announce their queue so an idle worker picks them up.
+UPDATE {schema}.jobs j
+SET status = f.status,
+    output = CASE WHEN f.status = 'completed' THEN f.output::jsonb ELSE j.output END,
+    run_at = CASE WHEN f.status = 'pending' THEN now() + make_interval(secs => f.delay)
+                  ELSE j.run_at END,
+    last_error = coalesce(f.error::jsonb, j.last_error),
+    attempts = j.attempts - f.refund,
+    deferrals = j.deferrals + f.deferred,
+    finished_at = CASE WHEN f.status = 'pending' THEN NULL ELSE now() END,
+    lock_token = NULL, locked_until = NULL
+FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::float8[], $6::text[],
+            $7::int[], $8::int[]) AS f(id, token, status, output, delay, error, refund, deferred)
+WHERE j.id = f.id AND j.lock_token = f.token AND j.status = 'running'
+RETURNING j.id, CASE WHEN j.status = 'pending' THEN pg_notify($9, j.queue)::text END;
+
+-- name: heartbeat
+-- Extend the lease of many running jobs at once. Returns the ids still owned.
+UPDATE {schema}.jobs j
+SET heartbeat_at = now(), locked_until = now() + make_interval(secs => $3::float8)
+FROM unnest($1::bigint[], $2::uuid[]) AS h(id, token)
+WHERE j.id = h.id AND j.lock_token = h.token AND j.status = 'running'
+RETURNING j.id;
+
+-- name: rescue_stalled
+-- Put running jobs whose lease ended back to pending (or dead on their last attempt).
+-- The attempt they were on counts as used: a job that keeps killing its worker dies.
+WITH stalled AS (
+    SELECT id FROM {schema}.jobs
+    WHERE status = 'running' AND locked_until < now()
+    ORDER BY locked_until
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs j
+SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'pending' END,
+    run_at = now(), lock_token = NULL, locked_until = NULL,
+    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+    last_error = jsonb_build_object(
+        'type', 'LeaseExpired', 'attempt', j.attempts, 'at', now(),
+        'message', format('lease expired during attempt %s: its worker stopped heartbeating',
+                          j.attempts))
+FROM stalled
+WHERE j.id = stalled.id
+RETURNING j.id, j.status, pg_notify($2, j.queue)::text;
+
+-- name: set_progress
+-- Fenced progress write; also a heartbeat. Returns the id when still owned.
+UPDATE {schema}.jobs
+SET progress = $3::text::jsonb, heartbeat_at = now(),
+    locked_until = now() + make_interval(secs => $4::float8)
+WHERE id = $1 AND lock_token = $2 AND status = 'running'
+RETURNING id;
+
+-- name: get_job
+-- One job, only if it belongs to tenant $2 (NULL: only a job without tenant), unless $3.
+SELECT {job_columns} FROM {schema}.jobs
+WHERE id = $1 AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text);
+
+-- name: get_by_dedup_key
+-- The in-flight job holding a dedup key in a queue, for that tenant.
+SELECT {job_columns} FROM {schema}.jobs
+WHERE queue = $1 AND dedup_key = $2 AND coalesce(tenant, '') = coalesce($3::text, '')
+  AND status IN ('pending', 'running');

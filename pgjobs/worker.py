@@ -1,0 +1,287 @@
+"""The worker: claim in batches, run handlers concurrently, write outcomes in batches,
+heartbeat running jobs, rescue stalled ones, and shut down gracefully."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from pgjobs import runner
+from pgjobs.backoff import Backoff
+from pgjobs.completer import Completer
+from pgjobs.config import notify_channel
+from pgjobs.context import JobContext
+from pgjobs.errors import InvalidOption, SchemaMissing
+from pgjobs.executor import Database
+from pgjobs.kinds import Kind, Registry
+from pgjobs.migrate import latest_version
+from pgjobs.notifier import Notifier
+from pgjobs.outcomes import Outcome
+
+logger = logging.getLogger("pgjobs.worker")
+
+DEFAULT_CONCURRENCY = 10
+DEFAULT_LEASE_SECONDS = 30.0
+"""A running job whose worker has not heartbeated for this long is rescued by another worker."""
+DEFAULT_POLL_SECONDS = 1.0
+"""Safety-net poll when no notification arrives (notifications normally wake within ms)."""
+DEFAULT_SHUTDOWN_SECONDS = 30.0
+RESCUE_BATCH = 1000
+
+_CONNECTION_ERRORS = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+)
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    """Counters since the worker started. ``lost`` counts writes refused because another
+    actor had taken the job over (lease expiry, cancel, purge)."""
+
+    claimed: int = 0
+    completed: int = 0
+    retried: int = 0
+    deferred: int = 0
+    dead: int = 0
+    lost: int = 0
+    rescued: int = 0
+
+
+class Worker:
+    """Runs the handlers of ``registry`` for jobs of ``queues``.
+
+    Guarantees: a job is run by at most one worker at a time as long as its lease is
+    renewed; every write about a running job is fenced by its claim's lock token; a job
+    whose worker dies is rescued after ``lease`` seconds; ``stop()`` lets in-flight handlers
+    finish up to a timeout and puts the rest back to pending without using an attempt.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        registry: Registry,
+        *,
+        queues: list[str] | None = None,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        lease: float = DEFAULT_LEASE_SECONDS,
+        heartbeat_interval: float | None = None,
+        rescue_interval: float | None = None,
+        poll_interval: float = DEFAULT_POLL_SECONDS,
+        shutdown_timeout: float = DEFAULT_SHUTDOWN_SECONDS,
+    ) -> None:
+        handled = [kind for kind in registry if kind.handler is not None]
+        if not handled:
+            raise InvalidOption("registry", "has no kind with a handler: nothing to run")
+        self.queues = sorted(set(queues) if queues is not None else {kind.queue for kind in handled})
+        if not self.queues or not all(isinstance(q, str) and q for q in self.queues):
+            raise InvalidOption("queues", f"must be a non-empty list of queue names, got {queues!r}")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise InvalidOption("concurrency", f"must be an integer >= 1, got {concurrency!r}")
+        if not lease > 0:
+            raise InvalidOption("lease", f"must be > 0 seconds, got {lease!r}")
+        heartbeat_interval = lease / 3 if heartbeat_interval is None else heartbeat_interval
+        if not 0 < heartbeat_interval < lease:
+            raise InvalidOption("heartbeat_interval", f"must be > 0 and below the lease ({lease}s)")
+        if not poll_interval > 0:
+            raise InvalidOption("poll_interval", f"must be > 0 seconds, got {poll_interval!r}")
+        self._db = db
+        self._kinds: dict[str, Kind[Any]] = {kind.name: kind for kind in handled}
+        self._kind_names = sorted(self._kinds)
+        self.concurrency = concurrency
+        self.lease = float(lease)
+        self.heartbeat_interval = float(heartbeat_interval)
+        self.rescue_interval = float(rescue_interval if rescue_interval is not None else min(lease / 2, 15.0))
+        self.poll_interval = float(poll_interval)
+        self.shutdown_timeout = float(shutdown_timeout)
+        self.stats = WorkerStats()
+        self._channel = notify_channel(db.schema)
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._running: dict[int, tuple[JobContext, asyncio.Task[None]]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._releasing = False
+        self._completer = Completer(db, self._lost)
+        self._main: asyncio.Task[None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def run(self, *, until_drained: bool = False) -> None:
+        """Work until ``stop()`` is called; with ``until_drained``, also return once no job of
+        these queues and kinds is pending or running (delayed ones included)."""
+        version = await self._db.schema_version()
+        if version is None or version < latest_version():
+            raise SchemaMissing(self._db.schema, version, latest_version())
+        notifier = Notifier(self._db.pool, self._channel, self._on_notify)
+        self._completer.start()
+        await notifier.start()
+        side_loops = [
+            asyncio.create_task(self._heartbeat_loop(), name="pgjobs-heartbeat"),
+            asyncio.create_task(self._rescue_loop(), name="pgjobs-rescue"),
+        ]
+        try:
+            await self._claim_loop(until_drained)
+        finally:
+            for task in side_loops:
+                task.cancel()
+            await self._drain_running()
+            for task in side_loops:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await self._completer.stop()
+            await notifier.stop()
+
+    def start(self) -> asyncio.Task[None]:
+        """Run in the background; ``stop()`` ends it."""
+        self._main = asyncio.create_task(self.run(), name="pgjobs-worker")
+        return self._main
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop claiming; let running handlers finish for up to ``timeout`` seconds (default
+        ``shutdown_timeout``), then put the rest back to pending without using an attempt."""
+        if timeout is not None:
+            self.shutdown_timeout = timeout
+        self._stopping.set()
+        self._wake.set()
+        if self._main is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._main
+
+    # -- claiming --------------------------------------------------------------------------
+
+    def _on_notify(self, queue: str | None) -> None:
+        if queue is None or queue in self.queues:
+            self._wake.set()
+
+    async def _claim_loop(self, until_drained: bool) -> None:
+        failures = 0
+        while not self._stopping.is_set():
+            self._wake.clear()
+            free = self.concurrency - len(self._running)
+            if free <= 0:
+                await self._wake.wait()
+                continue
+            try:
+                rows = await self._db.fetch(
+                    "claim", self.queues, self._kind_names, free, self.lease
+                )
+                sleep = self.poll_interval
+                if len(rows) < free:
+                    until_due = await self._db.fetchval("next_run_at", self.queues, self._kind_names)
+                    if until_due is None and until_drained and not rows and not self._tasks:
+                        return
+                    if until_due is not None:
+                        sleep = min(sleep, max(until_due, 0.0))
+                failures = 0
+            except _CONNECTION_ERRORS as exc:
+                failures += 1
+                sleep = min(0.1 * 2**failures, 5.0)
+                logger.warning("claim failed (%s); retrying in %.1fs", exc, sleep)
+                rows = []
+            for row in sorted(rows, key=lambda r: (-r["priority"], r["run_at"], r["id"])):
+                self._spawn(row)
+            if len(rows) == free:
+                continue
+            if self._running or sleep > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=sleep if sleep > 0 else None)
+
+    def _spawn(self, row: asyncpg.Record) -> None:
+        self.stats.claimed += 1
+        ctx = JobContext(self._db, row, self.lease)
+        task = asyncio.create_task(self._execute(ctx, row), name=f"pgjobs-job-{ctx.id}")
+        self._running[ctx.id] = (ctx, task)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _execute(self, ctx: JobContext, row: asyncpg.Record) -> None:
+        kind = self._kinds[ctx.kind]
+        outcome: Outcome | None
+        try:
+            backoff = Backoff.from_json(runner.jsonvalue.loads(row["backoff"]))
+            outcome = await runner.run(kind, row["payload"], backoff, ctx)
+        except asyncio.CancelledError:
+            # Cancelled by stop() past its timeout (release it) or by a lost heartbeat (drop it).
+            outcome = None if ctx.lost or not self._releasing else Outcome(
+                ctx.id, ctx.lock_token, "pending", refund_attempt=1
+            )
+        finally:
+            self._running.pop(ctx.id, None)
+            self._wake.set()
+        if outcome is None:
+            if ctx.lost:
+                self.stats.lost += 1
+            return
+        if await self._completer.submit(outcome):
+            self._count(outcome)
+
+    def _count(self, outcome: Outcome) -> None:
+        if outcome.status == "completed":
+            self.stats.completed += 1
+        elif outcome.status == "dead":
+            self.stats.dead += 1
+        elif outcome.deferred:
+            self.stats.deferred += 1
+        elif not outcome.refund_attempt:
+            self.stats.retried += 1
+
+    def _lost(self, outcome: Outcome) -> None:
+        self.stats.lost += 1
+        logger.warning(
+            "job %s: outcome %r discarded, the job was taken over (lease expired, cancelled or purged)",
+            outcome.job_id, outcome.status,
+        )
+
+    async def _drain_running(self) -> None:
+        tasks = [task for _, task in self._running.values()]
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=self.shutdown_timeout)
+            if late:
+                logger.warning("releasing %d job(s) still running after %.1fs", len(late), self.shutdown_timeout)
+                self._releasing = True
+                for task in late:
+                    task.cancel()
+        # Wait for every task, including those only waiting on the completer.
+        if self._tasks:
+            await asyncio.wait(list(self._tasks))
+
+    # -- leases ----------------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            held = list(self._running.values())
+            if not held:
+                continue
+            try:
+                rows = await self._db.fetch(
+                    "heartbeat", [c.id for c, _ in held], [c.lock_token for c, _ in held], self.lease
+                )
+            except _CONNECTION_ERRORS as exc:
+                logger.warning("heartbeat failed (%s); will retry", exc)
+                continue
+            owned = {row["id"] for row in rows}
+            for ctx, task in held:
+                if ctx.id not in owned and ctx.id in self._running:
+                    ctx.lost = True
+                    logger.warning("job %s: lost ownership (taken over); stopping its handler", ctx.id)
+                    task.cancel()
+
+    async def _rescue_loop(self) -> None:
+        while True:
+            try:
+                rows = await self._db.fetch("rescue_stalled", RESCUE_BATCH, self._channel)
+                if rows:
+                    self.stats.rescued += len(rows)
+                    logger.warning("rescued %d stalled job(s) whose lease had expired", len(rows))
+            except _CONNECTION_ERRORS as exc:
+                logger.warning("stalled-job rescue failed (%s); will retry", exc)
+            await asyncio.sleep(self.rescue_interval)
