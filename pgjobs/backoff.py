@@ -28,13 +28,23 @@ class Backoff:
 
     def __post_init__(self) -> None:
         if self.type not in ("fixed", "exponential"):
-            raise InvalidOption("backoff.type", f"must be 'fixed' or 'exponential', got {self.type!r}")
-        if not (isinstance(self.delay, int | float) and math.isfinite(self.delay) and self.delay >= 0):
-            raise InvalidOption("backoff.delay", f"must be a finite number >= 0, got {self.delay!r}")
-        if self.max_delay is not None and not (
-            isinstance(self.max_delay, int | float) and math.isfinite(self.max_delay) and self.max_delay >= 0
+            raise InvalidOption(
+                "backoff.type", f"must be 'fixed' or 'exponential', got {self.type!r}"
+            )
+        if not (
+            isinstance(self.delay, int | float) and math.isfinite(self.delay) and self.delay >= 0
         ):
-            raise InvalidOption("backoff.max_delay", f"must be a finite number >= 0, got {self.max_delay!r}")
+            raise InvalidOption(
+                "backoff.delay", f"must be a finite number >= 0, got {self.delay!r}"
+            )
+        if self.max_delay is not None and not (
+            isinstance(self.max_delay, int | float)
+            and math.isfinite(self.max_delay)
+            and self.max_delay >= 0
+        ):
+            raise InvalidOption(
+                "backoff.max_delay", f"must be a finite number >= 0, got {self.max_delay!r}"
+            )
         if not (isinstance(self.jitter, int | float) and 0.0 <= self.jitter <= 1.0):
             raise InvalidOption("backoff.jitter", f"must be between 0 and 1, got {self.jitter!r}")
 
@@ -43,7 +53,9 @@ class Backoff:
         return cls("fixed", delay, None, jitter)
 
     @classmethod
-    def exponential(cls, delay: float, max_delay: float | None = 3600.0, jitter: float = 0.0) -> Backoff:
+    def exponential(
+        cls, delay: float, max_delay: float | None = 3600.0, jitter: float = 0.0
+    ) -> Backoff:
         return cls("exponential", delay, max_delay, jitter)
 
     def seconds(self, attempt: int) -> float:
@@ -58,7 +70,12 @@ class Backoff:
         return base
 
     def to_json(self) -> dict[str, Any]:
-        return {"type": self.type, "delay": self.delay, "max_delay": self.max_delay, "jitter": self.jitter}
+        return {
+            "type": self.type,
+            "delay": self.delay,
+            "max_delay": self.max_delay,
+            "jitter": self.jitter,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Backoff:

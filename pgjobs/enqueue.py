@@ -108,9 +108,20 @@ def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
 
 def _row_args(job: PreparedJob) -> tuple[Any, ...]:
     return (
-        job.queue, job.kind, job.name, job.payload, job.priority, job.run_at, job.delay,
-        job.max_attempts, job.max_deferrals, job.backoff, job.dedup_key, job.group_key,
-        job.tenant, job.metadata,
+        job.queue,
+        job.kind,
+        job.name,
+        job.payload,
+        job.priority,
+        job.run_at,
+        job.delay,
+        job.max_attempts,
+        job.max_deferrals,
+        job.backoff,
+        job.dedup_key,
+        job.group_key,
+        job.tenant,
+        job.metadata,
     )
 
 
@@ -125,7 +136,9 @@ async def insert_one(db: Database, job: PreparedJob, conn: Any = None) -> Enqueu
     raise DedupRaceError(job.queue, job.dedup_key, MAX_DEDUP_ROUNDS)
 
 
-async def insert_many(db: Database, jobs: list[PreparedJob], conn: Any = None) -> list[EnqueueResult]:
+async def insert_many(
+    db: Database, jobs: list[PreparedJob], conn: Any = None
+) -> list[EnqueueResult]:
     """Insert ``jobs`` in one statement; results are in input order.
 
     A dedup key repeated inside the batch keeps its first job; later ones report it as their

@@ -87,4 +87,6 @@ class JobLost(PgJobsError):
 
     def __init__(self, job_id: int) -> None:
         self.job_id = job_id
-        super().__init__(f"job {job_id} is no longer owned by this worker; its writes were discarded")
+        super().__init__(
+            f"job {job_id} is no longer owned by this worker; its writes were discarded"
+        )

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from pgjobs import sql
 from pgjobs.config import validate_schema
 from pgjobs.errors import SchemaMissing
 
-Connection = asyncpg.Connection
-"""A caller-owned asyncpg connection (or pool connection proxy) to enqueue on."""
+if TYPE_CHECKING:
+    Connection: TypeAlias = asyncpg.Connection[Any] | PoolConnectionProxy[Any]
+    """An asyncpg connection, or a connection acquired from a pool."""
+else:  # asyncpg's classes are generic only in its stubs
+    Connection = asyncpg.Connection | PoolConnectionProxy
 
 
 class Database:
@@ -28,7 +32,9 @@ class Database:
         self.owns_pool = owns_pool
 
     @classmethod
-    async def connect(cls, dsn: str, schema: str, *, min_size: int = 1, max_size: int = 10) -> Database:
+    async def connect(
+        cls, dsn: str, schema: str, *, min_size: int = 1, max_size: int = 10
+    ) -> Database:
         validate_schema(schema)
         pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size)
         return cls(pool, schema, owns_pool=True)
@@ -42,7 +48,7 @@ class Database:
 
     async def fetch(self, name: str, *args: Any, conn: Any = None) -> list[asyncpg.Record]:
         try:
-            return await (conn or self.pool).fetch(self._sql(name), *args)  # type: ignore[no-any-return]
+            return await (conn or self.pool).fetch(self._sql(name), *args)
         except asyncpg.UndefinedTableError as exc:
             raise await self._schema_missing() from exc
 
@@ -59,16 +65,18 @@ class Database:
             raise await self._schema_missing() from exc
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
+    async def transaction(self) -> AsyncIterator[Connection]:
         """A pool connection inside a transaction: committed on exit, rolled back on error."""
         async with self.pool.acquire() as conn, conn.transaction():
             yield conn
 
     async def schema_version(self) -> int | None:
-        value = await self.pool.fetchval(self._sql("schema_version"))
+        """The highest applied migration; None when the schema or its ledger is missing."""
+        async with self.pool.acquire() as conn:
+            if not await conn.fetchval(self._sql("has_migrations_table")):
+                return None
+            value = await conn.fetchval(self._sql("schema_version"))
         return None if value is None else int(value)
 
     async def _schema_missing(self) -> SchemaMissing:
-        from pgjobs.migrate import latest_version
-
-        return SchemaMissing(self.schema, await self.schema_version(), latest_version())
+        return SchemaMissing(self.schema, await self.schema_version(), sql.latest_version())

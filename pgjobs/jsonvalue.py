@@ -23,7 +23,9 @@ class NotJson(ValueError):
 def _locate(value: Any, path: str) -> NotJson | None:
     if isinstance(value, str):
         if _JSONB_UNSAFE.search(value):
-            return NotJson(path, "contains a NUL character or an unpaired surrogate, which jsonb rejects")
+            return NotJson(
+                path, "contains a NUL character or an unpaired surrogate, which jsonb rejects"
+            )
         return None
     if isinstance(value, bool) or value is None or isinstance(value, int):
         return None

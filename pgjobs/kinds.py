@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import pydantic
+import pydantic_core
 
 from pgjobs import jsonvalue, options
 from pgjobs.backoff import Backoff
@@ -55,7 +56,9 @@ class Kind(Generic[InputT]):
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or len(self.name) > 200:
-            raise InvalidOption("kind", f"a kind is a non-empty string of at most 200 characters, got {self.name!r}")
+            raise InvalidOption(
+                "kind", f"a kind is a non-empty string of at most 200 characters, got {self.name!r}"
+            )
         options.queue(self.queue)
         options.max_attempts(self.max_attempts)
         options.max_deferrals(self.max_deferrals)
@@ -64,7 +67,9 @@ class Kind(Generic[InputT]):
         try:
             adapter = pydantic.TypeAdapter(self.input)
         except pydantic.PydanticUserError as exc:
-            raise InvalidOption("input", f"kind {self.name!r}: not a type pydantic can validate: {exc}") from None
+            raise InvalidOption(
+                "input", f"kind {self.name!r}: not a type pydantic can validate: {exc}"
+            ) from None
         object.__setattr__(self, "adapter", adapter)
 
     def validate(self, value: Any) -> InputT:
@@ -84,7 +89,7 @@ class Kind(Generic[InputT]):
         """The typed input as jsonb-safe JSON text."""
         try:
             plain = self.adapter.dump_python(value, mode="json")
-        except pydantic.PydanticSerializationError as exc:
+        except pydantic_core.PydanticSerializationError as exc:
             raise InvalidJobInput(self.name, "", f"not JSON-serialisable: {exc}") from None
         try:
             return jsonvalue.dumps(plain)
@@ -110,11 +115,11 @@ class Registry:
         self._kinds[kind.name] = kind
         return kind
 
-    def declare(self, name: str, *, input: Any, **options: Any) -> Kind[Any]:  # noqa: A002
+    def declare(self, name: str, *, input: Any, **options: Any) -> Kind[Any]:
         """Register a kind without a handler (a producer that only enqueues it)."""
         return self.add(Kind(name, input, None, **options))
 
-    def kind(self, name: str, *, input: Any, **options: Any) -> Callable[[Handler], Kind[Any]]:  # noqa: A002
+    def kind(self, name: str, *, input: Any, **options: Any) -> Callable[[Handler], Kind[Any]]:
         """Decorator: register ``async def handler(ctx, input)`` as the handler of kind ``name``.
 
         Options: ``queue``, ``max_attempts``, ``backoff``, ``max_deferrals``, ``priority``,

@@ -6,14 +6,12 @@ import asyncpg
 
 from pgjobs import sql
 from pgjobs.config import validate_schema
+from pgjobs.executor import Connection
+
+latest_version = sql.latest_version
 
 
-def latest_version() -> int:
-    """The schema version this code needs."""
-    return len(sql.migrations())
-
-
-async def apply_migrations(conn: asyncpg.Connection, schema: str) -> list[int]:
+async def apply_migrations(conn: Connection, schema: str) -> list[int]:
     """Bring ``schema`` up to the latest version in one transaction; return the versions applied.
 
     Idempotent: versions already recorded are skipped. Concurrent callers serialise on an
@@ -23,7 +21,8 @@ async def apply_migrations(conn: asyncpg.Connection, schema: str) -> list[int]:
     applied: list[int] = []
     async with conn.transaction():
         await conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended('pgjobs:migrate:' || $1::text, 0))", schema
+            "SELECT pg_advisory_xact_lock(hashtextextended('pgjobs:migrate:' || $1::text, 0))",
+            schema,
         )
         await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
         await conn.execute(

@@ -33,7 +33,7 @@ class EnqueueResult:
 
 @dataclass(frozen=True, slots=True)
 class JobRow:
-    """One job as stored. ``payload``, ``output``, ``progress`` and ``last_error`` are decoded JSON."""
+    """One job as stored; its JSON columns (payload, output, progress, ...) come decoded."""
 
     id: int
     queue: str

@@ -25,7 +25,9 @@ class Notifier:
     """Calls ``on_message(payload)`` for each NOTIFY on ``channel``; ``on_message(None)`` after
     a reconnect (anything may have been missed)."""
 
-    def __init__(self, pool: asyncpg.Pool, channel: str, on_message: Callable[[str | None], None]) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, channel: str, on_message: Callable[[str | None], None]
+    ) -> None:
         self._pool = pool
         self._channel = channel
         self._on_message = on_message
@@ -56,7 +58,7 @@ class Notifier:
             try:
                 conn = await self._pool.acquire()
                 lost = asyncio.Event()
-                conn.add_termination_listener(lambda _c: lost.set())
+                conn.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await conn.add_listener(self._channel, self._deliver)
                 if not first:
                     logger.info("LISTEN %s re-established", self._channel)
@@ -77,8 +79,10 @@ class Notifier:
                     with contextlib.suppress(Exception):
                         await conn.remove_listener(self._channel, self._deliver)
                 raise
-            except Exception as exc:  # noqa: BLE001 - any failure: back off and reconnect
-                logger.warning("LISTEN %s lost (%s); reconnecting in %.1fs", self._channel, exc, delay)
+            except Exception as exc:
+                logger.warning(
+                    "LISTEN %s lost (%s); reconnecting in %.1fs", self._channel, exc, delay
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RECONNECT_MAX_SECONDS)
             finally:

@@ -37,7 +37,9 @@ def max_deferrals(value: Any) -> int:
     return integer("max_deferrals", value, 0, MAX_ATTEMPTS_LIMIT)
 
 
-def text(option: str, value: Any, *, max_bytes: int = MAX_LABEL_BYTES, optional: bool = True) -> str | None:
+def text(
+    option: str, value: Any, *, max_bytes: int = MAX_LABEL_BYTES, optional: bool = True
+) -> str | None:
     """A non-empty string without NUL, at most ``max_bytes`` of UTF-8."""
     if value is None and optional:
         return None
@@ -50,7 +52,9 @@ def text(option: str, value: Any, *, max_bytes: int = MAX_LABEL_BYTES, optional:
     try:
         size = len(value.encode("utf-8"))
     except UnicodeEncodeError:
-        raise InvalidOption(option, "must be valid Unicode (it holds an unpaired surrogate)") from None
+        raise InvalidOption(
+            option, "must be valid Unicode (it holds an unpaired surrogate)"
+        ) from None
     if size > max_bytes:
         raise InvalidOption(option, f"must be at most {max_bytes} bytes of UTF-8, got {size}")
     return value
@@ -71,11 +75,15 @@ def delay_seconds(value: Any) -> float | None:
     elif isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
     else:
-        raise InvalidOption("delay", f"must be seconds (a number) or a timedelta, got {type(value).__name__}")
+        raise InvalidOption(
+            "delay", f"must be seconds (a number) or a timedelta, got {type(value).__name__}"
+        )
     if not math.isfinite(seconds) or seconds < 0:
         raise InvalidOption("delay", f"must be a finite number of seconds >= 0, got {value!r}")
     if seconds > MAX_DELAY_SECONDS:
-        raise InvalidOption("delay", f"must be at most {MAX_DELAY_SECONDS} seconds (100 years), got {value!r}")
+        raise InvalidOption(
+            "delay", f"must be at most {MAX_DELAY_SECONDS} seconds (100 years), got {value!r}"
+        )
     return seconds
 
 
@@ -101,4 +109,6 @@ def backoff(value: Any) -> Backoff:
             return Backoff(**value)
         except TypeError as exc:
             raise InvalidOption("backoff", str(exc)) from None
-    raise InvalidOption("backoff", f"must be a Backoff, a number of seconds or a dict, got {type(value).__name__}")
+    raise InvalidOption(
+        "backoff", f"must be a Backoff, a number of seconds or a dict, got {type(value).__name__}"
+    )

@@ -18,7 +18,7 @@ def _seconds(after: float | timedelta) -> float:
     return seconds
 
 
-class Retry(Exception):  # noqa: N818 - a signal, not an error
+class Retry(Exception):
     """Retry this job after ``after`` seconds. Consumes an attempt."""
 
     def __init__(self, after: float | timedelta = 0.0, reason: str = "retry requested") -> None:
@@ -27,7 +27,7 @@ class Retry(Exception):  # noqa: N818 - a signal, not an error
         super().__init__(reason)
 
 
-class Delayed(Exception):  # noqa: N818 - a signal, not an error
+class Delayed(Exception):
     """Defer this job by ``after`` seconds without consuming an attempt.
 
     Counted in ``deferrals``; the job dies once ``max_deferrals > 0`` deferrals are used.
@@ -39,7 +39,7 @@ class Delayed(Exception):  # noqa: N818 - a signal, not an error
         super().__init__(reason)
 
 
-class Fatal(Exception):  # noqa: N818 - a signal, not an error
+class Fatal(Exception):
     """Fail this job at once: it goes ``dead`` with no retry."""
 
 

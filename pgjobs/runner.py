@@ -25,14 +25,15 @@ def _error(exc: BaseException, ctx: JobContext, **extra: Any) -> str:
         "at": datetime.now(UTC).isoformat(),
         **extra,
     }
-    return jsonvalue.dumps(jsonvalue_safe(record))
+    return jsonvalue.dumps(_jsonb_safe(record))
 
 
-def jsonvalue_safe(record: dict[str, Any]) -> dict[str, Any]:
-    """Error messages are arbitrary text: strip what jsonb cannot hold rather than lose the record."""
+def _jsonb_safe(record: dict[str, Any]) -> dict[str, Any]:
+    """Error text is arbitrary: escape what jsonb cannot hold rather than lose the record."""
     return {
         key: value.replace("\x00", "\\0").encode("utf-8", "replace").decode("utf-8")
-        if isinstance(value, str) else value
+        if isinstance(value, str)
+        else value
         for key, value in record.items()
     }
 
@@ -55,7 +56,9 @@ def decide(ctx: JobContext, backoff: Backoff, exc: BaseException) -> Outcome:
         deferrals = ctx.deferrals + 1
         if ctx.max_deferrals > 0 and deferrals >= ctx.max_deferrals:
             return _dead(ctx, exc, refund_attempt=1, deferred=1)
-        return Outcome(ctx.id, ctx.lock_token, "pending", delay=exc.after, refund_attempt=1, deferred=1)
+        return Outcome(
+            ctx.id, ctx.lock_token, "pending", delay=exc.after, refund_attempt=1, deferred=1
+        )
     if isinstance(exc, Retry):
         return _retry_or_dead(ctx, exc, exc.after)
     return _retry_or_dead(ctx, exc, backoff.seconds(ctx.attempts))
@@ -71,7 +74,9 @@ async def run(kind: Kind[Any], payload: str, backoff: Backoff, ctx: JobContext) 
         try:
             output = jsonvalue.dumps(pydantic_core.to_jsonable_python(result))
         except (jsonvalue.NotJson, pydantic_core.PydanticSerializationError) as exc:
-            raise Fatal(f"handler of kind {kind.name!r} returned a value that is not JSON: {exc}") from exc
+            raise Fatal(
+                f"handler of kind {kind.name!r} returned a value that is not JSON: {exc}"
+            ) from exc
     except JobLost:
         return None
     except Exception as exc:

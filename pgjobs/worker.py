@@ -11,7 +11,7 @@ from typing import Any
 
 import asyncpg
 
-from pgjobs import runner
+from pgjobs import jsonvalue, runner
 from pgjobs.backoff import Backoff
 from pgjobs.completer import Completer
 from pgjobs.config import notify_channel
@@ -81,9 +81,13 @@ class Worker:
         handled = [kind for kind in registry if kind.handler is not None]
         if not handled:
             raise InvalidOption("registry", "has no kind with a handler: nothing to run")
-        self.queues = sorted(set(queues) if queues is not None else {kind.queue for kind in handled})
+        self.queues = sorted(
+            set(queues) if queues is not None else {kind.queue for kind in handled}
+        )
         if not self.queues or not all(isinstance(q, str) and q for q in self.queues):
-            raise InvalidOption("queues", f"must be a non-empty list of queue names, got {queues!r}")
+            raise InvalidOption(
+                "queues", f"must be a non-empty list of queue names, got {queues!r}"
+            )
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidOption("concurrency", f"must be an integer >= 1, got {concurrency!r}")
         if not lease > 0:
@@ -99,7 +103,9 @@ class Worker:
         self.concurrency = concurrency
         self.lease = float(lease)
         self.heartbeat_interval = float(heartbeat_interval)
-        self.rescue_interval = float(rescue_interval if rescue_interval is not None else min(lease / 2, 15.0))
+        self.rescue_interval = float(
+            rescue_interval if rescue_interval is not None else min(lease / 2, 15.0)
+        )
         self.poll_interval = float(poll_interval)
         self.shutdown_timeout = float(shutdown_timeout)
         self.stats = WorkerStats()
@@ -144,7 +150,7 @@ class Worker:
         self._main = asyncio.create_task(self.run(), name="pgjobs-worker")
         return self._main
 
-    async def stop(self, timeout: float | None = None) -> None:
+    async def stop(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Stop claiming; let running handlers finish for up to ``timeout`` seconds (default
         ``shutdown_timeout``), then put the rest back to pending without using an attempt."""
         if timeout is not None:
@@ -175,11 +181,12 @@ class Worker:
                 )
                 sleep = self.poll_interval
                 if len(rows) < free:
-                    until_due = await self._db.fetchval("next_run_at", self.queues, self._kind_names)
-                    if until_due is None and until_drained and not rows and not self._tasks:
+                    idle = await self._db.fetchrow("idle_state", self.queues, self._kind_names)
+                    assert idle is not None
+                    if until_drained and not idle["busy"] and not rows and not self._tasks:
                         return
-                    if until_due is not None:
-                        sleep = min(sleep, max(until_due, 0.0))
+                    if idle["until_due"] is not None:
+                        sleep = min(sleep, max(idle["until_due"], 0.0))
                 failures = 0
             except _CONNECTION_ERRORS as exc:
                 failures += 1
@@ -206,12 +213,14 @@ class Worker:
         kind = self._kinds[ctx.kind]
         outcome: Outcome | None
         try:
-            backoff = Backoff.from_json(runner.jsonvalue.loads(row["backoff"]))
+            backoff = Backoff.from_json(jsonvalue.loads(row["backoff"]))
             outcome = await runner.run(kind, row["payload"], backoff, ctx)
         except asyncio.CancelledError:
             # Cancelled by stop() past its timeout (release it) or by a lost heartbeat (drop it).
-            outcome = None if ctx.lost or not self._releasing else Outcome(
-                ctx.id, ctx.lock_token, "pending", refund_attempt=1
+            outcome = (
+                None
+                if ctx.lost or not self._releasing
+                else Outcome(ctx.id, ctx.lock_token, "pending", refund_attempt=1)
             )
         finally:
             self._running.pop(ctx.id, None)
@@ -236,8 +245,9 @@ class Worker:
     def _lost(self, outcome: Outcome) -> None:
         self.stats.lost += 1
         logger.warning(
-            "job %s: outcome %r discarded, the job was taken over (lease expired, cancelled or purged)",
-            outcome.job_id, outcome.status,
+            "job %s: outcome %r discarded: job taken over (lease expired, cancelled, purged)",
+            outcome.job_id,
+            outcome.status,
         )
 
     async def _drain_running(self) -> None:
@@ -245,7 +255,11 @@ class Worker:
         if tasks:
             _, late = await asyncio.wait(tasks, timeout=self.shutdown_timeout)
             if late:
-                logger.warning("releasing %d job(s) still running after %.1fs", len(late), self.shutdown_timeout)
+                logger.warning(
+                    "releasing %d job(s) still running after %.1fs",
+                    len(late),
+                    self.shutdown_timeout,
+                )
                 self._releasing = True
                 for task in late:
                     task.cancel()
@@ -263,7 +277,10 @@ class Worker:
                 continue
             try:
                 rows = await self._db.fetch(
-                    "heartbeat", [c.id for c, _ in held], [c.lock_token for c, _ in held], self.lease
+                    "heartbeat",
+                    [c.id for c, _ in held],
+                    [c.lock_token for c, _ in held],
+                    self.lease,
                 )
             except _CONNECTION_ERRORS as exc:
                 logger.warning("heartbeat failed (%s); will retry", exc)
@@ -272,7 +289,9 @@ class Worker:
             for ctx, task in held:
                 if ctx.id not in owned and ctx.id in self._running:
                     ctx.lost = True
-                    logger.warning("job %s: lost ownership (taken over); stopping its handler", ctx.id)
+                    logger.warning(
+                        "job %s: lost ownership (taken over); stopping its handler", ctx.id
+                    )
                     task.cancel()
 
     async def _rescue_loop(self) -> None:

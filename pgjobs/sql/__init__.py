@@ -54,6 +54,12 @@ def queries(schema: str) -> dict[str, str]:
     }
 
 
+def latest_version() -> int:
+    """The schema version this code needs: the number of migration files."""
+    return len(migrations())
+
+
+@cache
 def migrations() -> list[tuple[int, str, str]]:
     """``(version, name, template)`` for each file in migrations/, in version order."""
     folder = resources.files(__package__).joinpath("migrations")

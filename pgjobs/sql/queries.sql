@@ -3,10 +3,13 @@
 -- always bind parameters. JSON goes in as text and is cast, so a caller's connection with its
 -- own jsonb codec cannot double-encode it.
 
+-- name: has_migrations_table
+-- Whether the migration ledger exists (the next statement would fail to parse without it).
+SELECT to_regclass('{schema}.migrations') IS NOT NULL;
+
 -- name: schema_version
--- The highest applied migration, or NULL when the schema or its ledger is missing.
-SELECT CASE WHEN to_regclass('{schema}.migrations') IS NULL THEN NULL
-            ELSE (SELECT max(version) FROM {schema}.migrations) END;
+-- The highest applied migration.
+SELECT max(version) FROM {schema}.migrations;
 
 -- name: enqueue_one
 -- Insert one job, or return the in-flight holder of its dedup key. The NOTIFY goes out at commit.
@@ -81,11 +84,17 @@ RETURNING j.id, j.queue, j.kind, j.name, j.payload, j.priority, j.run_at, j.atte
           j.max_attempts, j.deferrals, j.max_deferrals, j.backoff, j.lock_token, j.tenant,
           j.metadata, j.flow_id, j.progress;
 
--- name: next_run_at
--- Seconds (by the database clock) until the earliest pending job of these queues is due;
--- NULL when there is none. An idle worker sleeps that long at most.
-SELECT extract(epoch FROM min(run_at) - now())::float8 FROM {schema}.jobs
-WHERE status = 'pending' AND pending_deps = 0 AND queue = ANY($1::text[]) AND kind = ANY($2::text[]);
+-- name: idle_state
+-- For a worker that found nothing to claim: seconds (by the database clock) until the earliest
+-- pending job of these queues and kinds is due (NULL: none), and whether any is still pending
+-- or running anywhere (a running one may come back through retry or rescue).
+SELECT
+    (SELECT extract(epoch FROM min(run_at) - now())::float8 FROM {schema}.jobs
+     WHERE status = 'pending' AND pending_deps = 0 AND queue = ANY($1::text[])
+       AND kind = ANY($2::text[])) AS until_due,
+    EXISTS (SELECT FROM {schema}.jobs
+            WHERE status IN ('pending', 'running') AND queue = ANY($1::text[])
+              AND kind = ANY($2::text[])) AS busy;
 
 -- name: finish
 -- Write the outcomes of many handler runs, each fenced by its lock token. Returns the ids that

@@ -1,0 +1,5 @@
+import sys
+
+from pgjobs.cli import main
+
+sys.exit(main())

@@ -1,0 +1,303 @@
+"""Enqueue: ordering, delays, bulk, transactions, dedup, tenants, and bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import pydantic
+import pytest
+
+from pgjobs import (
+    Backoff,
+    InvalidJobInput,
+    InvalidOption,
+    JobQueue,
+    JobSpec,
+    Registry,
+    Status,
+    UnknownKind,
+)
+
+
+class Item(pydantic.BaseModel):
+    n: int
+    label: str = ""
+
+
+class Measure(pydantic.BaseModel):
+    value: float
+
+
+@pytest.fixture
+def seen(registry: Registry) -> list[int]:
+    order: list[int] = []
+
+    @registry.kind("item", input=Item)
+    async def item(ctx, data: Item) -> int:
+        order.append(data.n)
+        return data.n
+
+    registry.declare("measure", input=Measure)
+    return order
+
+
+async def count(jobs: JobQueue) -> int:
+    return await jobs.db.pool.fetchval(f"SELECT count(*) FROM {jobs.schema}.jobs")
+
+
+async def test_order_is_priority_desc_then_run_at_then_id(jobs: JobQueue, seen: list[int]) -> None:
+    past = datetime.now(UTC) - timedelta(minutes=5)
+    await jobs.enqueue("item", {"n": 1}, priority=0)
+    await jobs.enqueue("item", {"n": 2}, priority=5)
+    await jobs.enqueue("item", {"n": 3}, priority=5, run_at=past)  # older run_at wins a tie
+    await jobs.enqueue("item", {"n": 4}, priority=-3)
+    await jobs.enqueue("item", {"n": 5}, priority=5)  # same priority and run_at shape: by id
+    await jobs.enqueue("item", {"n": 6}, priority=0)
+    await jobs.worker(concurrency=1).run(until_drained=True)
+    assert seen == [3, 2, 5, 1, 6, 4]
+
+
+async def test_delayed_job_waits_for_its_time(jobs: JobQueue, seen: list[int]) -> None:
+    delayed = await jobs.enqueue("item", {"n": 1}, delay=0.5)
+    await jobs.enqueue("item", {"n": 2})
+    worker = jobs.worker(concurrency=1, poll_interval=5)
+    await worker.run(until_drained=True)
+    row = await jobs.get(delayed.id)
+    assert seen == [2, 1]
+    assert row is not None and row.started_at is not None
+    assert row.started_at >= row.run_at
+    assert row.run_at - row.created_at >= timedelta(seconds=0.5)
+
+
+async def test_bulk_enqueue_writes_all_in_input_order(jobs: JobQueue, seen: list[int]) -> None:
+    specs = [JobSpec("item", {"n": i}, priority=i % 3) for i in range(2000)]
+    results = await jobs.enqueue_many(specs)
+    assert len(results) == 2000
+    assert [r.duplicate for r in results] == [False] * 2000
+    ids = [r.id for r in results]
+    assert ids == sorted(ids) and len(set(ids)) == 2000
+    rows = await jobs.db.pool.fetch(
+        f"SELECT id, payload, priority FROM {jobs.schema}.jobs ORDER BY id"
+    )
+    assert [(r["id"], r["priority"]) for r in rows] == [(ids[i], i % 3) for i in range(2000)]
+    assert rows[1234]["payload"] == '{"n": 1234, "label": ""}'
+
+
+async def test_bulk_enqueue_resolves_dedup_inside_batch_and_against_table(
+    jobs: JobQueue, seen: list[int]
+) -> None:
+    held = await jobs.enqueue("item", {"n": 0}, dedup_key="k-held")
+    results = await jobs.enqueue_many(
+        [
+            JobSpec("item", {"n": 1}, dedup_key="k1"),
+            JobSpec("item", {"n": 2}, dedup_key="k1"),
+            JobSpec("item", {"n": 3}, dedup_key="k-held"),
+            JobSpec("item", {"n": 4}),
+        ]
+    )
+    assert results[0].duplicate is False
+    assert results[1].id == results[0].id and results[1].duplicate is True
+    assert results[2].id == held.id and results[2].duplicate is True
+    assert results[3].duplicate is False
+    assert await count(jobs) == 3
+
+
+async def test_bulk_with_one_bad_spec_writes_nothing(jobs: JobQueue, seen: list[int]) -> None:
+    with pytest.raises(InvalidJobInput) as info:
+        await jobs.enqueue_many([JobSpec("item", {"n": 1}), JobSpec("item", {"n": "x"})])
+    assert info.value.field == "n"
+    assert await count(jobs) == 0
+
+
+async def test_transactional_enqueue_rolled_back_leaves_no_job(
+    jobs: JobQueue, seen: list[int]
+) -> None:
+    async with jobs.db.pool.acquire() as conn:
+        with pytest.raises(RuntimeError):
+            async with conn.transaction():
+                await jobs.enqueue("item", {"n": 1}, connection=conn)
+                assert await conn.fetchval(f"SELECT count(*) FROM {jobs.schema}.jobs") == 1
+                raise RuntimeError("business write failed")
+    assert await count(jobs) == 0
+
+
+async def test_transactional_enqueue_publishes_at_commit_and_wakes_worker(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    done = asyncio.Event()
+
+    @registry.kind("ping", input=Item)
+    async def ping(ctx, data: Item) -> None:
+        done.set()
+
+    # A 60 s poll: only the NOTIFY sent at commit can wake the worker within the wait below.
+    worker = jobs.worker(concurrency=1, poll_interval=60)
+    worker.start()
+    await asyncio.sleep(0)
+    async with jobs.db.pool.acquire() as conn:
+        async with conn.transaction():
+            result = await jobs.enqueue("ping", {"n": 1}, connection=conn)
+            await conn.execute(f"CREATE TABLE {jobs.schema}.business (id int)")
+        # committed here
+    await asyncio.wait_for(done.wait(), timeout=20)
+    await worker.stop()
+    row = await jobs.get(result.id)
+    assert row is not None and row.status is Status.COMPLETED
+
+
+async def test_fifty_concurrent_enqueues_with_one_dedup_key_make_one_job(
+    jobs: JobQueue, seen: list[int]
+) -> None:
+    results = await asyncio.gather(
+        *(jobs.enqueue("item", {"n": i}, dedup_key="same") for i in range(50))
+    )
+    ids = {r.id for r in results}
+    assert len(ids) == 1
+    assert sum(not r.duplicate for r in results) == 1
+    assert await count(jobs) == 1
+    held = await jobs.get_by_dedup_key("default", "same")
+    assert held is not None and held.id in ids
+
+
+async def test_dedup_key_is_free_again_once_the_holder_finished(
+    jobs: JobQueue, seen: list[int]
+) -> None:
+    first = await jobs.enqueue("item", {"n": 1}, dedup_key="k")
+    await jobs.worker().run(until_drained=True)
+    assert await jobs.get_by_dedup_key("default", "k") is None
+    second = await jobs.enqueue("item", {"n": 2}, dedup_key="k")
+    assert second.id != first.id and not second.duplicate
+
+
+async def test_dedup_key_is_scoped_by_queue_and_tenant(jobs: JobQueue, seen: list[int]) -> None:
+    a = await jobs.enqueue("item", {"n": 1}, dedup_key="k", tenant="org-a")
+    b = await jobs.enqueue("item", {"n": 2}, dedup_key="k", tenant="org-b")
+    c = await jobs.enqueue("item", {"n": 3}, dedup_key="k", queue="other", tenant="org-a")
+    assert len({a.id, b.id, c.id}) == 3
+    again = await jobs.enqueue("item", {"n": 4}, dedup_key="k", tenant="org-b")
+    assert again.id == b.id and again.duplicate
+    assert await jobs.get_by_dedup_key("default", "k", tenant="org-c") is None
+    found = await jobs.get_by_dedup_key("default", "k", tenant="org-a")
+    assert found is not None and found.id == a.id
+
+
+async def test_get_never_returns_another_tenants_job(jobs: JobQueue, seen: list[int]) -> None:
+    mine = await jobs.enqueue("item", {"n": 1}, tenant="org-a")
+    plain = await jobs.enqueue("item", {"n": 2})
+    assert await jobs.get(mine.id, tenant="org-b") is None
+    assert await jobs.get(mine.id) is None  # no tenant given: only untenanted jobs
+    row = await jobs.get(mine.id, tenant="org-a")
+    assert row is not None and row.tenant == "org-a" and row.payload == {"n": 1, "label": ""}
+    assert await jobs.get(plain.id, tenant="org-a") is None
+    assert await jobs.get(plain.id) is not None
+    assert await jobs.get(mine.id, any_tenant=True) is not None
+    assert await jobs.get(10**12) is None
+
+
+async def test_kind_defaults_and_derived_name_and_group(jobs: JobQueue, registry: Registry) -> None:
+    registry.declare(
+        "cover",
+        input=Item,
+        queue="covers",
+        max_attempts=7,
+        max_deferrals=4,
+        priority=3,
+        backoff=Backoff.fixed(2.0),
+        job_name=lambda item: f"cover-{item.n}",
+        group_key=lambda item: item.label or None,
+    )
+    result = await jobs.enqueue(
+        "cover", {"n": 123, "label": "series-9"}, metadata={"source": "test"}
+    )
+    row = await jobs.get(result.id)
+    assert row is not None
+    assert (row.queue, row.name, row.group_key, row.priority) == (
+        "covers",
+        "cover-123",
+        "series-9",
+        3,
+    )
+    assert (row.max_attempts, row.max_deferrals) == (7, 4)
+    assert row.backoff == {"type": "fixed", "delay": 2.0, "max_delay": None, "jitter": 0.0}
+    assert row.metadata == {"source": "test"}
+    override = await jobs.enqueue(
+        "cover", {"n": 1}, name="custom", priority=0, max_attempts=1, queue="q2"
+    )
+    row = await jobs.get(override.id)
+    assert row is not None and (row.name, row.priority, row.max_attempts, row.queue) == (
+        "custom",
+        0,
+        1,
+        "q2",
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "payload", "options", "error", "field"),
+    [
+        ("nope", {"n": 1}, {}, UnknownKind, None),
+        ("item", {"n": "not a number"}, {}, InvalidJobInput, "n"),
+        ("item", {}, {}, InvalidJobInput, "n"),
+        ("item", "a string", {}, InvalidJobInput, ""),
+        ("measure", {"value": math.nan}, {}, InvalidJobInput, "value"),
+        ("measure", {"value": math.inf}, {}, InvalidJobInput, "value"),
+        ("item", {"n": 1, "label": "nul\x00byte"}, {}, InvalidJobInput, "label"),
+        ("item", {"n": 1, "label": "lone \ud800 surrogate"}, {}, InvalidJobInput, "label"),
+        ("item", {"n": 1}, {"delay": -1}, InvalidOption, "delay"),
+        ("item", {"n": 1}, {"delay": math.nan}, InvalidOption, "delay"),
+        ("item", {"n": 1}, {"delay": 10**12}, InvalidOption, "delay"),
+        ("item", {"n": 1}, {"priority": 10**12}, InvalidOption, "priority"),
+        ("item", {"n": 1}, {"priority": 1.5}, InvalidOption, "priority"),
+        ("item", {"n": 1}, {"priority": True}, InvalidOption, "priority"),
+        ("item", {"n": 1}, {"max_attempts": 0}, InvalidOption, "max_attempts"),
+        ("item", {"n": 1}, {"max_deferrals": -1}, InvalidOption, "max_deferrals"),
+        ("item", {"n": 1}, {"run_at": datetime(2030, 1, 1)}, InvalidOption, "run_at"),
+        ("item", {"n": 1}, {"run_at": datetime.now(UTC), "delay": 1}, InvalidOption, "delay"),
+        ("item", {"n": 1}, {"name": ""}, InvalidOption, "name"),
+        ("item", {"n": 1}, {"name": "x" * 1_000_000}, InvalidOption, "name"),
+        ("item", {"n": 1}, {"queue": ""}, InvalidOption, "queue"),
+        ("item", {"n": 1}, {"queue": "q\x00"}, InvalidOption, "queue"),
+        ("item", {"n": 1}, {"dedup_key": 42}, InvalidOption, "dedup_key"),
+        ("item", {"n": 1}, {"metadata": {"x": math.nan}}, InvalidOption, "metadata"),
+        ("item", {"n": 1}, {"metadata": {"x": object()}}, InvalidOption, "metadata"),
+        ("item", {"n": 1}, {"backoff": "soon"}, InvalidOption, "backoff"),
+        ("item", {"n": 1}, {"backoff": {"type": "linear"}}, InvalidOption, "backoff.type"),
+    ],
+)
+async def test_bad_input_is_a_clear_error_and_writes_nothing(
+    jobs: JobQueue, seen: list[int], kind, payload, options, error, field
+) -> None:
+    with pytest.raises(error) as info:
+        await jobs.enqueue(kind, payload, **options)
+    if field is not None:
+        attribute = "field" if error is InvalidJobInput else "option"
+        assert getattr(info.value, attribute) == field
+        assert repr(field) in str(info.value) or field == ""
+    if error is InvalidJobInput:
+        assert repr(kind) in str(info.value)
+    assert await count(jobs) == 0
+
+
+async def test_sql_metacharacters_are_plain_data(jobs: JobQueue, seen: list[int]) -> None:
+    nasty = "x'); DROP TABLE jobs; --"
+    result = await jobs.enqueue(
+        "item", {"n": 1, "label": nasty}, name=nasty, dedup_key=nasty, queue=nasty
+    )
+    row = await jobs.get(result.id)
+    assert (
+        row is not None
+        and row.name == nasty
+        and row.queue == nasty
+        and row.payload["label"] == nasty
+    )
+
+
+async def test_unknown_column_of_pool_does_not_leak_between_schemas(
+    jobs: JobQueue, pool: asyncpg.Pool, seen: list[int]
+) -> None:
+    # Each test runs in its own schema: nothing lands in the default one.
+    await jobs.enqueue("item", {"n": 1})
+    assert await pool.fetchval("SELECT to_regclass('public.jobs')") is None

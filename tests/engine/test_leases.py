@@ -1,0 +1,208 @@
+"""Fencing, leases, heartbeats, stalled-job rescue and graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pydantic
+
+from pgjobs import JobContext, JobLost, JobQueue, Registry, Status
+from tests.helpers import eventually
+
+
+class Task(pydantic.BaseModel):
+    n: int = 0
+
+
+async def expire_lease(jobs: JobQueue, job_id: int) -> None:
+    """What a worker that stopped heartbeating looks like to the others."""
+    await jobs.db.pool.execute(
+        f"UPDATE {jobs.schema}.jobs SET locked_until = now() - interval '1 second' WHERE id = $1",
+        job_id,
+    )
+
+
+async def test_stalled_job_is_reclaimed_and_the_first_workers_completion_is_a_no_op(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    first_started = asyncio.Event()
+    release_first = asyncio.Event()
+    second_done = asyncio.Event()
+    progress_after_loss: list[bool] = []
+
+    @registry.kind("slow", input=Task, max_attempts=3)
+    async def slow(ctx: JobContext, task: Task) -> str:
+        if ctx.attempts == 1:
+            first_started.set()
+            await release_first.wait()
+            progress_after_loss.append(await ctx.progress({"step": "late"}))
+            return "first"
+        second_done.set()
+        return "second"
+
+    result = await jobs.enqueue("slow", {})
+    first = jobs.worker(concurrency=1, lease=60)  # heartbeats every 20 s: not during this test
+    first.start()
+    await asyncio.wait_for(first_started.wait(), 20)
+    await expire_lease(jobs, result.id)
+
+    second = jobs.worker(concurrency=1, lease=60, rescue_interval=0.05)
+    second.start()
+    await asyncio.wait_for(second_done.wait(), 20)
+    await second.stop()
+
+    release_first.set()
+    await first.stop()
+    row = await jobs.get(result.id)
+    assert row is not None and row.status is Status.COMPLETED and row.output == "second"
+    assert row.attempts == 2 and row.progress is None
+    assert row.last_error["type"] == "LeaseExpired"
+    assert progress_after_loss == [False]
+    assert first.stats.lost == 1 and first.stats.completed == 0
+    assert second.stats.rescued == 1 and second.stats.completed == 1
+
+
+async def test_heartbeat_keeps_a_long_job_and_notices_loss(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    @registry.kind("long", input=Task)
+    async def long(ctx: JobContext, task: Task) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    result = await jobs.enqueue("long", {})
+    worker = jobs.worker(concurrency=1, lease=0.6, heartbeat_interval=0.1, rescue_interval=30)
+    worker.start()
+    await asyncio.wait_for(started.wait(), 20)
+    before = (await jobs.get(result.id)).heartbeat_at  # type: ignore[union-attr]
+
+    async def heartbeat_moved() -> bool:
+        row = await jobs.get(result.id)
+        return row is not None and row.heartbeat_at is not None and row.heartbeat_at > before
+
+    await eventually(heartbeat_moved)
+    # Another actor takes the job (here: a direct re-claim with a new token).
+    await jobs.db.pool.execute(
+        f"UPDATE {jobs.schema}.jobs SET lock_token = gen_random_uuid() WHERE id = $1", result.id
+    )
+    await asyncio.wait_for(cancelled.wait(), 20)
+    await worker.stop()
+    assert worker.stats.lost == 1
+    row = await jobs.get(result.id)
+    assert row is not None and row.status is Status.RUNNING  # the successor's row is untouched
+
+
+async def test_handler_transaction_commits_with_fenced_progress(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    await jobs.db.pool.execute(f"CREATE TABLE {jobs.schema}.effects (job_id bigint, step int)")
+
+    @registry.kind("batched", input=Task)
+    async def batched(ctx: JobContext, task: Task) -> str:
+        for step in range(3):
+            async with ctx.transaction(progress={"step": step}) as conn:
+                await conn.execute(
+                    f"INSERT INTO {jobs.schema}.effects VALUES ($1, $2)", ctx.id, step
+                )
+        return "done"
+
+    result = await jobs.enqueue("batched", {})
+    await jobs.worker().run(until_drained=True)
+    row = await jobs.get(result.id)
+    assert row is not None and row.status is Status.COMPLETED and row.progress == {"step": 2}
+    effects = await jobs.db.pool.fetch(f"SELECT step FROM {jobs.schema}.effects ORDER BY step")
+    assert [r["step"] for r in effects] == [0, 1, 2]
+
+
+async def test_handler_transaction_rolls_back_when_ownership_was_lost(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    await jobs.db.pool.execute(f"CREATE TABLE {jobs.schema}.effects (job_id bigint)")
+    outcomes: list[str] = []
+
+    @registry.kind("dispossessed", input=Task)
+    async def dispossessed(ctx: JobContext, task: Task) -> None:
+        await jobs.db.pool.execute(  # someone else takes the job over mid-handler
+            f"UPDATE {jobs.schema}.jobs SET lock_token = gen_random_uuid() WHERE id = $1", ctx.id
+        )
+        try:
+            async with ctx.transaction(progress={"cursor": 10}) as conn:
+                await conn.execute(f"INSERT INTO {jobs.schema}.effects VALUES ($1)", ctx.id)
+        except JobLost:
+            outcomes.append("lost")
+            raise
+
+    result = await jobs.enqueue("dispossessed", {})
+    worker = jobs.worker(concurrency=1, lease=60)
+    worker.start()
+
+    async def lost_seen() -> bool:
+        return outcomes == ["lost"] and worker.stats.lost == 1
+
+    await eventually(lost_seen)
+    await worker.stop()
+    assert await jobs.db.pool.fetchval(f"SELECT count(*) FROM {jobs.schema}.effects") == 0
+    row = await jobs.get(result.id)
+    assert row is not None and row.progress is None and row.status is Status.RUNNING
+
+
+async def test_graceful_stop_finishes_in_flight_then_releases_the_rest(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    quick_started = asyncio.Event()
+    stuck_started = asyncio.Event()
+    release_quick = asyncio.Event()
+
+    @registry.kind("quick", input=Task)
+    async def quick(ctx: JobContext, task: Task) -> str:
+        quick_started.set()
+        await release_quick.wait()
+        return "finished during shutdown"
+
+    @registry.kind("stuck", input=Task)
+    async def stuck(ctx: JobContext, task: Task) -> None:
+        stuck_started.set()
+        await asyncio.Event().wait()
+
+    quick_job = await jobs.enqueue("quick", {})
+    stuck_job = await jobs.enqueue("stuck", {})
+    worker = jobs.worker(concurrency=2)
+    worker.start()
+    await asyncio.wait_for(asyncio.gather(quick_started.wait(), stuck_started.wait()), 20)
+    stopping = asyncio.create_task(worker.stop(timeout=0.5))
+    release_quick.set()
+    await stopping
+    quick_row = await jobs.get(quick_job.id)
+    stuck_row = await jobs.get(stuck_job.id)
+    assert quick_row is not None and quick_row.status is Status.COMPLETED
+    assert stuck_row is not None and stuck_row.status is Status.PENDING
+    assert stuck_row.attempts == 0  # released without using an attempt
+
+
+async def test_rescue_kills_a_job_on_its_last_attempt(jobs: JobQueue, registry: Registry) -> None:
+    started = asyncio.Event()
+
+    @registry.kind("hangs", input=Task, max_attempts=1)
+    async def hangs(ctx: JobContext, task: Task) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    result = await jobs.enqueue("hangs", {})
+    first = jobs.worker(concurrency=1, lease=60)
+    first.start()
+    await asyncio.wait_for(started.wait(), 20)
+    await expire_lease(jobs, result.id)
+    rescued = await jobs.db.fetch("rescue_stalled", 100, "unused_channel")
+    assert [r["status"] for r in rescued] == ["dead"]
+    await first.stop(timeout=0.1)
+    row = await jobs.get(result.id)
+    assert (
+        row is not None and row.status is Status.DEAD and row.last_error["type"] == "LeaseExpired"
+    )

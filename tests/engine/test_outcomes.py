@@ -1,0 +1,196 @@
+"""Handler outcomes, exactly as ENGINE.md's table says."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pydantic
+import pytest
+
+from pgjobs import Backoff, Delayed, Fatal, JobQueue, Registry, Retry, Status
+from tests.helpers import eventually
+
+
+class Task(pydantic.BaseModel):
+    n: int = 0
+
+
+FAST = Backoff.fixed(0.01)
+
+
+async def finish(jobs: JobQueue, job_id: int):
+    await jobs.worker(concurrency=4, poll_interval=0.5).run(until_drained=True)
+    row = await jobs.get(job_id)
+    assert row is not None
+    return row
+
+
+async def test_return_value_completes_and_stores_output(jobs: JobQueue, registry: Registry) -> None:
+    @registry.kind("ok", input=Task)
+    async def ok(ctx, task: Task) -> dict:
+        return {"doubled": task.n * 2, "model": Task(n=task.n)}
+
+    row = await finish(jobs, (await jobs.enqueue("ok", {"n": 21})).id)
+    assert row.status is Status.COMPLETED
+    assert row.output == {"doubled": 42, "model": {"n": 21}}
+    assert row.attempts == 1 and row.finished_at is not None and row.last_error is None
+
+
+async def test_exceptions_retry_with_backoff_then_die(jobs: JobQueue, registry: Registry) -> None:
+    attempts_seen: list[int] = []
+
+    @registry.kind("flaky", input=Task, max_attempts=3, backoff=FAST)
+    async def flaky(ctx, task: Task) -> None:
+        attempts_seen.append(ctx.attempts)
+        raise ValueError(f"boom {ctx.attempts}")
+
+    row = await finish(jobs, (await jobs.enqueue("flaky", {})).id)
+    assert attempts_seen == [1, 2, 3]
+    assert row.status is Status.DEAD and row.attempts == 3
+    assert row.last_error["type"] == "ValueError" and row.last_error["message"] == "boom 3"
+    assert "Traceback" in row.last_error["traceback"] and row.last_error["attempt"] == 3
+
+
+async def test_retry_succeeds_when_handler_recovers(jobs: JobQueue, registry: Registry) -> None:
+    @registry.kind("recovers", input=Task, max_attempts=5, backoff=FAST)
+    async def recovers(ctx, task: Task) -> int:
+        if ctx.attempts < 3:
+            raise ConnectionError("not yet")
+        return ctx.attempts
+
+    row = await finish(jobs, (await jobs.enqueue("recovers", {})).id)
+    assert row.status is Status.COMPLETED and row.output == 3 and row.attempts == 3
+    assert row.last_error["message"] == "not yet"  # the history of the last failure is kept
+
+
+async def test_backoff_delays_the_retry(jobs: JobQueue, registry: Registry) -> None:
+    @registry.kind("slow_retry", input=Task, max_attempts=2, backoff=Backoff.fixed(3600))
+    async def slow_retry(ctx, task: Task) -> None:
+        raise ValueError("later")
+
+    result = await jobs.enqueue("slow_retry", {})
+    worker = jobs.worker(concurrency=1)
+    worker.start()
+
+    async def retry_written() -> bool:
+        return worker.stats.retried == 1
+
+    await eventually(retry_written)
+    await worker.stop()
+    row = await jobs.get(result.id)
+    assert row is not None and row.status is Status.PENDING and row.attempts == 1
+    assert row.started_at is not None and row.run_at - row.started_at > timedelta(minutes=59)
+
+
+def test_backoff_policies_are_pure() -> None:
+    exp = Backoff.exponential(1.0, max_delay=10.0)
+    assert [exp.seconds(a) for a in (1, 2, 3, 4, 5)] == [1.0, 2.0, 4.0, 8.0, 10.0]
+    assert Backoff.fixed(5.0).seconds(9) == 5.0
+    jittered = Backoff.exponential(8.0, jitter=0.5)
+    for _ in range(100):
+        assert 4.0 <= jittered.seconds(1) <= 8.0
+    assert Backoff.exponential(1.0, max_delay=None).seconds(10_000) > 0
+
+
+async def test_retry_signal_uses_its_delay_and_an_attempt(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    @registry.kind("asks_retry", input=Task, max_attempts=2, backoff=Backoff.fixed(3600))
+    async def asks_retry(ctx, task: Task) -> str:
+        if ctx.attempts == 1:
+            raise Retry(after=0.01, reason="rate limited upstream")
+        return "second time"
+
+    row = await finish(jobs, (await jobs.enqueue("asks_retry", {})).id)
+    assert row.status is Status.COMPLETED and row.attempts == 2 and row.output == "second time"
+    assert row.last_error["type"] == "Retry"
+
+
+async def test_deferral_does_not_consume_an_attempt(jobs: JobQueue, registry: Registry) -> None:
+    @registry.kind("defers", input=Task, max_attempts=1)
+    async def defers(ctx, task: Task) -> dict:
+        if ctx.deferrals < 4:
+            raise Delayed(0.01, "cache not ready")
+        return {"attempts": ctx.attempts, "deferrals": ctx.deferrals}
+
+    row = await finish(jobs, (await jobs.enqueue("defers", {})).id)
+    # max_attempts=1: four deferrals would have killed it had they consumed attempts.
+    assert row.status is Status.COMPLETED
+    assert row.output == {"attempts": 1, "deferrals": 4}
+    assert (row.attempts, row.deferrals) == (1, 4)
+
+
+async def test_deferral_budget_dead_letters_at_the_limit(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    calls: list[int] = []
+
+    @registry.kind("always_defers", input=Task, max_deferrals=3)
+    async def always_defers(ctx, task: Task) -> None:
+        calls.append(ctx.deferrals)
+        raise Delayed(0.01)
+
+    row = await finish(jobs, (await jobs.enqueue("always_defers", {})).id)
+    assert calls == [0, 1, 2]
+    assert row.status is Status.DEAD and row.deferrals == 3 and row.attempts == 0
+    assert row.last_error["type"] == "Delayed"
+
+
+async def test_unlimited_deferrals_when_budget_is_zero(jobs: JobQueue, registry: Registry) -> None:
+    @registry.kind("many_defers", input=Task, max_deferrals=0, max_attempts=1)
+    async def many_defers(ctx, task: Task) -> int:
+        if ctx.deferrals < 25:
+            raise Delayed(0)
+        return ctx.deferrals
+
+    row = await finish(jobs, (await jobs.enqueue("many_defers", {})).id)
+    assert row.status is Status.COMPLETED and row.output == 25
+
+
+async def test_fatal_dies_at_once(jobs: JobQueue, registry: Registry) -> None:
+    @registry.kind("fatal", input=Task, max_attempts=10)
+    async def fatal(ctx, task: Task) -> None:
+        raise Fatal("corrupt input file")
+
+    row = await finish(jobs, (await jobs.enqueue("fatal", {})).id)
+    assert row.status is Status.DEAD and row.attempts == 1
+    assert row.last_error == {**row.last_error, "type": "Fatal", "message": "corrupt input file"}
+
+
+async def test_payload_invalid_at_claim_dies_with_a_clear_error(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    ran: list[int] = []
+
+    @registry.kind("strict", input=Task, max_attempts=5)
+    async def strict(ctx, task: Task) -> None:
+        ran.append(task.n)
+
+    result = await jobs.enqueue("strict", {"n": 1})
+    # The model changed (or the row was edited) since enqueue.
+    await jobs.db.pool.execute(
+        f'UPDATE {jobs.schema}.jobs SET payload = \'{{"n": "seven"}}\' WHERE id = $1', result.id
+    )
+    row = await finish(jobs, result.id)
+    assert ran == []
+    assert row.status is Status.DEAD and row.attempts == 1
+    assert row.last_error["type"] == "InvalidJobInput" and "'n'" in row.last_error["message"]
+
+
+async def test_output_that_is_not_json_is_fatal(jobs: JobQueue, registry: Registry) -> None:
+    @registry.kind("bad_output", input=Task, max_attempts=3)
+    async def bad_output(ctx, task: Task) -> float:
+        return float("nan")
+
+    row = await finish(jobs, (await jobs.enqueue("bad_output", {})).id)
+    assert (
+        row.status is Status.DEAD and row.attempts == 1 and "not JSON" in row.last_error["message"]
+    )
+
+
+@pytest.mark.parametrize("after", [-1, float("nan")])
+def test_signals_reject_bad_delays(after: float) -> None:
+    with pytest.raises(ValueError, match="delay"):
+        Delayed(after)
+    with pytest.raises(ValueError, match="delay"):
+        Retry(after)
