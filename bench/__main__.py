@@ -1,0 +1,99 @@
+"""Run the benchmark: `./run bench [--quick] [--systems engine,floor]`.
+
+Systems are interleaved (A B A B ...) for 3 repetitions so that a noisy neighbour hits all
+of them alike; each figure is the median with min-max. Results go to stdout and to
+bench/results/latest.md. Needs a PostgreSQL: PGJOBS_DSN, a local server on 127.0.0.1:5432,
+or the embedded one (see pgjobs.devserver).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import platform
+import statistics
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.systems import SYSTEMS
+from pgjobs.devserver import find_or_start_postgres
+
+RESULTS = Path(__file__).with_name("results")
+
+
+def workloads(quick: bool) -> list[tuple[str, str, tuple[Any, ...], str]]:
+    scale = 5 if quick else 1
+    return [
+        ("enqueue one by one", "enqueue_single", (3000 // scale,), "jobs/s"),
+        ("enqueue, 10 concurrent tasks", "enqueue_concurrent", (5000 // scale, 10), "jobs/s"),
+        ("enqueue bulk (1,000 per call)", "enqueue_bulk", (20000 // scale, 1000), "jobs/s"),
+        ("process 10k no-op, concurrency 1", "process", (10000 // scale, 1), "jobs/s"),
+        ("process 10k no-op, concurrency 10", "process", (10000 // scale, 10), "jobs/s"),
+        ("process 10k no-op, concurrency 50", "process", (10000 // scale, 50), "jobs/s"),
+        ("enqueue-to-start latency (idle worker)", "latency", (200 // scale,), "ms"),
+    ]
+
+
+def fmt(values: list[float]) -> str:
+    clean = [v for v in values if not math.isnan(v)]
+    if not clean:
+        return "n/a"
+    return f"{statistics.median(clean):,.1f} ({min(clean):,.1f}–{max(clean):,.1f})"
+
+
+async def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="bench")
+    parser.add_argument("--quick", action="store_true", help="a fifth of the work, for a smoke run")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    args = parser.parse_args(argv)
+    dsn = find_or_start_postgres()
+    systems = [SYSTEMS[name]() for name in args.systems.split(",")]
+    for system in systems:
+        await system.setup(dsn)
+    # results[workload][system] -> list of values (latency: (median, p95) pairs)
+    results: dict[str, dict[str, list[Any]]] = {}
+    try:
+        for rep in range(args.reps):
+            for label, method, params, unit in workloads(args.quick):
+                for system in systems:
+                    value = await getattr(system, method)(*params)
+                    results.setdefault(label, {}).setdefault(system.name, []).append(value)
+                    shown = f"{value[0]:.2f}/{value[1]:.2f} ms" if unit == "ms" else f"{value:,.0f} {unit}"
+                    print(f"rep {rep + 1}  {label:<42} {system.name:<20} {shown}", flush=True)
+    finally:
+        for system in systems:
+            await system.teardown()
+
+    names = [s.name for s in systems]
+    base = names[-1]
+    lines = [
+        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node() or 'host'}: "
+        f"{os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}, "
+        f"{args.reps} interleaved repetitions, median (min–max).",
+        "",
+        "| workload | " + " | ".join(names) + f" | {names[0]} / {base} |",
+        "|---" * (len(names) + 2) + "|",
+    ]
+    for label, _, _, unit in workloads(args.quick):
+        row = results[label]
+        if unit == "ms":
+            cells = [
+                fmt([v[0] for v in row[n]]) + " ms, p95 " + fmt([v[1] for v in row[n]]) for n in names
+            ]
+            ratio = "—"
+        else:
+            cells = [fmt(row[n]) + f" {unit}" for n in names]
+            ratio = f"{statistics.median(row[names[0]]) / statistics.median(row[base]):.2f}×"
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {ratio} |")
+    report = "\n".join(lines)
+    print("\n" + report)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "latest.md").write_text(report + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

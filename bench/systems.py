@@ -1,0 +1,209 @@
+"""The systems under test. Each implements the same workloads on its own fresh schema.
+
+Add a peer (BullMQ on Redis, PgQueuer, the facade...) by adding a class with these methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import uuid
+from typing import Any, Protocol
+
+import asyncpg
+import pydantic
+
+from pgjobs import JobContext, JobQueue, JobSpec, Registry
+
+
+class System(Protocol):
+    name: str
+
+    async def setup(self, dsn: str) -> None: ...
+    async def teardown(self) -> None: ...
+    async def enqueue_single(self, n: int) -> float: ...
+    async def enqueue_concurrent(self, n: int, tasks: int) -> float: ...
+    async def enqueue_bulk(self, n: int, batch: int) -> float: ...
+    async def process(self, n: int, concurrency: int) -> float: ...
+    async def latency(self, samples: int) -> tuple[float, float]: ...
+
+
+class Noop(pydantic.BaseModel):
+    i: int
+
+
+class Engine:
+    """pgjobs natively: typed kind, JobQueue.enqueue / enqueue_many, Worker."""
+
+    name = "pgjobs engine"
+
+    async def setup(self, dsn: str) -> None:
+        self.registry = Registry()
+        self.started: dict[int, float] = {}
+        self.start_event = asyncio.Event()
+
+        @self.registry.kind("noop", input=Noop, queue="bench")
+        async def noop(ctx: JobContext, data: Noop) -> None:
+            if data.i < 0:
+                self.started[-data.i] = time.perf_counter()
+                self.start_event.set()
+
+        self.pool = await asyncpg.create_pool(dsn, min_size=4, max_size=20)
+        self.schema = f"bench_{uuid.uuid4().hex[:8]}"
+        self.jobs = await JobQueue.connect(pool=self.pool, schema=self.schema, registry=self.registry)
+        await self.jobs.migrate()
+
+    async def teardown(self) -> None:
+        await self.pool.execute(f"DROP SCHEMA {self.schema} CASCADE")
+        await self.pool.close()
+
+    async def _reset(self) -> None:
+        await self.pool.execute(f"TRUNCATE {self.schema}.jobs")
+
+    async def enqueue_single(self, n: int) -> float:
+        await self._reset()
+        start = time.perf_counter()
+        for i in range(n):
+            await self.jobs.enqueue("noop", {"i": i})
+        return n / (time.perf_counter() - start)
+
+    async def enqueue_concurrent(self, n: int, tasks: int) -> float:
+        await self._reset()
+
+        async def producer(count: int) -> None:
+            for i in range(count):
+                await self.jobs.enqueue("noop", {"i": i})
+
+        start = time.perf_counter()
+        await asyncio.gather(*(producer(n // tasks) for _ in range(tasks)))
+        return n / (time.perf_counter() - start)
+
+    async def enqueue_bulk(self, n: int, batch: int) -> float:
+        await self._reset()
+        start = time.perf_counter()
+        for offset in range(0, n, batch):
+            await self.jobs.enqueue_many(JobSpec("noop", {"i": i}) for i in range(offset, offset + batch))
+        return n / (time.perf_counter() - start)
+
+    async def process(self, n: int, concurrency: int) -> float:
+        await self._reset()
+        for offset in range(0, n, 1000):
+            await self.jobs.enqueue_many(JobSpec("noop", {"i": i}) for i in range(offset, offset + 1000))
+        await self.pool.execute(f"VACUUM ANALYZE {self.schema}.jobs")
+        worker = self.jobs.worker(concurrency=concurrency)
+        start = time.perf_counter()
+        await worker.run(until_drained=True)
+        elapsed = time.perf_counter() - start
+        assert worker.stats.completed == n, worker.stats
+        return n / elapsed
+
+    async def latency(self, samples: int) -> tuple[float, float]:
+        await self._reset()
+        worker = self.jobs.worker(concurrency=1)
+        worker.start()
+        await asyncio.sleep(0.2)  # let it reach its idle wait: we measure an *idle* worker
+        delays = []
+        for k in range(1, samples + 1):
+            self.start_event.clear()
+            sent = time.perf_counter()
+            await self.jobs.enqueue("noop", {"i": -k})
+            await asyncio.wait_for(self.start_event.wait(), 10)
+            delays.append(self.started[k] - sent)
+            await asyncio.sleep(0.005)  # the worker goes idle again between samples
+        await worker.stop()
+        return _median_p95(delays)
+
+
+def _median_p95(values: list[float]) -> tuple[float, float]:
+    ordered = sorted(values)
+    return statistics.median(ordered) * 1000, ordered[int(len(ordered) * 0.95) - 1] * 1000
+
+
+FLOOR_DDL = """
+CREATE TABLE {t} (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, queue text NOT NULL,
+                  payload jsonb NOT NULL, status text NOT NULL DEFAULT 'pending',
+                  priority int NOT NULL DEFAULT 0, run_at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX ON {t} (queue, priority DESC, run_at, id) WHERE status = 'pending';
+"""
+
+
+class RawFloor:
+    """The best a PostgreSQL queue can do here: plain INSERTs, and one loop of
+    batched claim (100 per statement, SKIP LOCKED) + batched ack. No framework at all."""
+
+    name = "raw asyncpg floor"
+
+    async def setup(self, dsn: str) -> None:
+        self.pool = await asyncpg.create_pool(dsn, min_size=4, max_size=20)
+        self.table = f"floor_{uuid.uuid4().hex[:8]}"
+        await self.pool.execute(FLOOR_DDL.format(t=self.table))
+        self.insert = f"INSERT INTO {self.table} (queue, payload) VALUES ($1, $2::text::jsonb) RETURNING id"
+
+    async def teardown(self) -> None:
+        await self.pool.execute(f"DROP TABLE {self.table}")
+        await self.pool.close()
+
+    async def _reset(self) -> None:
+        await self.pool.execute(f"TRUNCATE {self.table}")
+
+    async def enqueue_single(self, n: int) -> float:
+        await self._reset()
+        start = time.perf_counter()
+        for i in range(n):
+            await self.pool.fetchval(self.insert, "bench", f'{{"i": {i}}}')
+        return n / (time.perf_counter() - start)
+
+    async def enqueue_concurrent(self, n: int, tasks: int) -> float:
+        await self._reset()
+
+        async def producer(count: int) -> None:
+            for i in range(count):
+                await self.pool.fetchval(self.insert, "bench", f'{{"i": {i}}}')
+
+        start = time.perf_counter()
+        await asyncio.gather(*(producer(n // tasks) for _ in range(tasks)))
+        return n / (time.perf_counter() - start)
+
+    async def _bulk(self, start_i: int, batch: int) -> None:
+        await self.pool.execute(
+            f"INSERT INTO {self.table} (queue, payload) SELECT 'bench', p::jsonb FROM unnest($1::text[]) p",
+            [f'{{"i": {i}}}' for i in range(start_i, start_i + batch)],
+        )
+
+    async def enqueue_bulk(self, n: int, batch: int) -> float:
+        await self._reset()
+        start = time.perf_counter()
+        for offset in range(0, n, batch):
+            await self._bulk(offset, batch)
+        return n / (time.perf_counter() - start)
+
+    async def process(self, n: int, concurrency: int) -> float:
+        await self._reset()
+        for offset in range(0, n, 1000):
+            await self._bulk(offset, 1000)
+        await self.pool.execute(f"VACUUM ANALYZE {self.table}")
+        claim = f"""
+            WITH picked AS (SELECT id FROM {self.table} WHERE status = 'pending' AND queue = 'bench'
+                            AND run_at <= now() ORDER BY priority DESC, run_at, id LIMIT 100
+                            FOR UPDATE SKIP LOCKED)
+            UPDATE {self.table} t SET status = 'running' FROM picked WHERE t.id = picked.id
+            RETURNING t.id, t.payload"""
+        ack = f"UPDATE {self.table} SET status = 'done' WHERE id = ANY($1::bigint[])"
+        done = 0
+        start = time.perf_counter()
+        async with self.pool.acquire() as conn:
+            while True:
+                rows = await conn.fetch(claim)
+                if not rows:
+                    break
+                await conn.execute(ack, [r["id"] for r in rows])
+                done += len(rows)
+        assert done == n
+        return n / (time.perf_counter() - start)
+
+    async def latency(self, samples: int) -> tuple[float, float]:
+        return (float("nan"), float("nan"))  # a floor has no worker to wake
+
+
+SYSTEMS: dict[str, type[Any]] = {"engine": Engine, "floor": RawFloor}
