@@ -59,7 +59,9 @@ async def test_stalled_job_is_reclaimed_and_the_first_workers_completion_is_a_no
     assert row.last_error["type"] == "LeaseExpired"
     assert progress_after_loss == [False]
     assert first.stats.lost == 1 and first.stats.completed == 0
-    assert second.stats.rescued == 1 and second.stats.completed == 1
+    # Either worker's rescue loop may be the one that frees it (both run it); exactly once.
+    assert first.stats.rescued + second.stats.rescued == 1
+    assert second.stats.completed == 1
 
 
 async def test_heartbeat_keeps_a_long_job_and_notices_loss(
