@@ -64,35 +64,13 @@ FROM src LEFT JOIN ins ON ins.id = src.id
 ORDER BY src.ord;
 
 -- name: claim
--- Take up to $3 due jobs of queues $1 and kinds $2, best first, for a lease of $4 seconds.
--- Each queue is read through jobs_claim_idx with an equality on queue, so the index yields
--- rows already in ORDER BY order and the scan stops after $3 live entries: the cost does not
--- grow with the backlog. (`queue = ANY(array)` would make PostgreSQL < 17 sort every pending
--- row.) SKIP LOCKED lets concurrent claimers take disjoint rows without waiting.
-WITH candidates AS (
-    SELECT c.id, c.priority, c.run_at
-    FROM unnest($1::text[]) AS q(queue)
-    CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j
-        WHERE j.queue = q.queue AND j.status = 'pending' AND j.pending_deps = 0
-          AND j.run_at <= now() AND j.kind = ANY($2::text[])
-        ORDER BY j.priority DESC, j.run_at, j.id
-        LIMIT $3
-        FOR UPDATE SKIP LOCKED
-    ) c
-),
-picked AS (
-    SELECT id FROM candidates ORDER BY priority DESC, run_at, id LIMIT $3
-)
-UPDATE {schema}.jobs j
-SET status = 'running', attempts = j.attempts + 1, lock_token = gen_random_uuid(),
-    heartbeat_at = now(), locked_until = now() + make_interval(secs => $4::float8),
-    started_at = now()
-FROM picked
-WHERE j.id = picked.id
-RETURNING j.id, j.queue, j.kind, j.name, j.payload, j.priority, j.run_at, j.attempts,
-          j.max_attempts, j.deferrals, j.max_deferrals, j.backoff, j.lock_token, j.tenant,
-          j.metadata, j.flow_id, j.progress;
+-- Take up to $3 due jobs of queues $1 and kinds $2, best first, for a lease of $4 seconds,
+-- honouring pause, concurrency caps and rate limits (see claim_jobs in migration 0002). Each
+-- queue is read through jobs_claim_idx with an equality on queue, so the cost does not grow
+-- with the backlog; SKIP LOCKED lets concurrent claimers take disjoint rows without waiting.
+SELECT id, queue, kind, name, payload, priority, run_at, attempts, max_attempts, deferrals,
+       max_deferrals, backoff, lock_token, tenant, metadata, flow_id, progress
+FROM {schema}.claim_jobs($1::text[], $2::text[], $3::int, $4::float8);
 
 -- name: idle_state
 -- For a worker that found nothing to claim: seconds (by the database clock) until the earliest
@@ -107,23 +85,10 @@ SELECT
               AND kind = ANY($2::text[])) AS busy;
 
 -- name: finish
--- Write the outcomes of many handler runs, each fenced by its lock token. Returns the ids that
--- were written; an id missing from the result was no longer owned (stalled, cancelled, purged).
--- Jobs put back to pending announce their queue so an idle worker picks them up.
-UPDATE {schema}.jobs j
-SET status = f.status,
-    output = CASE WHEN f.status = 'completed' THEN f.output::jsonb ELSE j.output END,
-    run_at = CASE WHEN f.status = 'pending' THEN now() + make_interval(secs => f.delay)
-                  ELSE j.run_at END,
-    last_error = coalesce(f.error::jsonb, j.last_error),
-    attempts = j.attempts - f.refund,
-    deferrals = j.deferrals + f.deferred,
-    finished_at = CASE WHEN f.status = 'pending' THEN NULL ELSE now() END,
-    lock_token = NULL, locked_until = NULL
-FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::float8[], $6::text[],
-            $7::int[], $8::int[]) AS f(id, token, status, output, delay, error, refund, deferred)
-WHERE j.id = f.id AND j.lock_token = f.token AND j.status = 'running'
-RETURNING j.id, CASE WHEN j.status = 'pending' THEN pg_notify($9, j.queue)::text END;
+-- Write outcomes fenced by lock token; resolve flow dependents; returns the ids written.
+SELECT finish_jobs AS id
+FROM {schema}.finish_jobs($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::float8[],
+                          $6::text[], $7::int[], $8::int[], $9::text);
 
 -- name: heartbeat
 -- Extend the lease of many running jobs at once. Returns the ids still owned.
