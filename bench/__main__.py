@@ -62,7 +62,11 @@ async def main(argv: list[str] | None = None) -> None:
                 for system in systems:
                     value = await getattr(system, method)(*params)
                     results.setdefault(label, {}).setdefault(system.name, []).append(value)
-                    shown = f"{value[0]:.2f}/{value[1]:.2f} ms" if unit == "ms" else f"{value:,.0f} {unit}"
+                    shown = (
+                        f"{value[0]:.2f}/{value[1]:.2f} ms"
+                        if unit == "ms"
+                        else f"{value:,.0f} {unit}"
+                    )
                     print(f"rep {rep + 1}  {label:<42} {system.name:<20} {shown}", flush=True)
     finally:
         for system in systems:
@@ -82,7 +86,8 @@ async def main(argv: list[str] | None = None) -> None:
         row = results[label]
         if unit == "ms":
             cells = [
-                fmt([v[0] for v in row[n]]) + " ms, p95 " + fmt([v[1] for v in row[n]]) for n in names
+                fmt([v[0] for v in row[n]]) + " ms, p95 " + fmt([v[1] for v in row[n]])
+                for n in names
             ]
             ratio = "—"
         else:

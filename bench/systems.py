@@ -51,7 +51,9 @@ class Engine:
 
         self.pool = await asyncpg.create_pool(dsn, min_size=4, max_size=20)
         self.schema = f"bench_{uuid.uuid4().hex[:8]}"
-        self.jobs = await JobQueue.connect(pool=self.pool, schema=self.schema, registry=self.registry)
+        self.jobs = await JobQueue.connect(
+            pool=self.pool, schema=self.schema, registry=self.registry
+        )
         await self.jobs.migrate()
 
     async def teardown(self) -> None:
@@ -83,13 +85,17 @@ class Engine:
         await self._reset()
         start = time.perf_counter()
         for offset in range(0, n, batch):
-            await self.jobs.enqueue_many(JobSpec("noop", {"i": i}) for i in range(offset, offset + batch))
+            await self.jobs.enqueue_many(
+                JobSpec("noop", {"i": i}) for i in range(offset, offset + batch)
+            )
         return n / (time.perf_counter() - start)
 
     async def process(self, n: int, concurrency: int) -> float:
         await self._reset()
         for offset in range(0, n, 1000):
-            await self.jobs.enqueue_many(JobSpec("noop", {"i": i}) for i in range(offset, offset + 1000))
+            await self.jobs.enqueue_many(
+                JobSpec("noop", {"i": i}) for i in range(offset, offset + 1000)
+            )
         await self.pool.execute(f"VACUUM ANALYZE {self.schema}.jobs")
         worker = self.jobs.worker(concurrency=concurrency)
         start = time.perf_counter()
@@ -138,7 +144,9 @@ class RawFloor:
         self.pool = await asyncpg.create_pool(dsn, min_size=4, max_size=20)
         self.table = f"floor_{uuid.uuid4().hex[:8]}"
         await self.pool.execute(FLOOR_DDL.format(t=self.table))
-        self.insert = f"INSERT INTO {self.table} (queue, payload) VALUES ($1, $2::text::jsonb) RETURNING id"
+        self.insert = (
+            f"INSERT INTO {self.table} (queue, payload) VALUES ($1, $2::text::jsonb) RETURNING id"
+        )
 
     async def teardown(self) -> None:
         await self.pool.execute(f"DROP TABLE {self.table}")

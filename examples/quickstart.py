@@ -79,13 +79,15 @@ async def main() -> None:
         async with jobs.db.pool.acquire() as conn:
             try:
                 async with conn.transaction():
-                    await jobs.enqueue("send_email", {"to": "z@x.io", "subject": "x"}, connection=conn)
+                    await jobs.enqueue(
+                        "send_email", {"to": "z@x.io", "subject": "x"}, connection=conn
+                    )
                     raise RuntimeError("the business write failed")
             except RuntimeError:
                 print("transactional enqueue rolled back with its transaction: no job written")
         try:
             await jobs.enqueue("make_thumbnail", {"image_id": "seven"})
-        except Exception as exc:  # noqa: BLE001 - shown to the reader
+        except Exception as exc:
             print(f"bad input refused: {exc}")
 
         print("worker running (concurrency 1, so the order is visible):")

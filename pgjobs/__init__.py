@@ -7,6 +7,11 @@ from pgjobs.enqueue import JobSpec
 from pgjobs.errors import (
     DedupRaceError,
     DuplicateKind,
+    FlowConflict,
+    FlowCycle,
+    FlowNotFound,
+    FlowRunning,
+    InvalidFlow,
     InvalidJobInput,
     InvalidOption,
     InvalidSchemaName,
@@ -15,9 +20,12 @@ from pgjobs.errors import (
     SchemaMissing,
     UnknownKind,
 )
+from pgjobs.flows import EdgePolicy, Flow, SubmittedFlow
 from pgjobs.kinds import Kind, Registry
-from pgjobs.models import EnqueueResult, JobRow, Status
+from pgjobs.models import EnqueueResult, JobFilter, JobRow, Keep, PurgeResult, Status
 from pgjobs.outcomes import Delayed, Fatal, Retry
+from pgjobs.queues import QueueSettings
+from pgjobs.schedules import Schedule, Scheduler
 from pgjobs.worker import Worker, WorkerStats
 
 __all__ = [
@@ -25,22 +33,36 @@ __all__ = [
     "DedupRaceError",
     "Delayed",
     "DuplicateKind",
+    "EdgePolicy",
     "EnqueueResult",
     "Fatal",
+    "Flow",
+    "FlowConflict",
+    "FlowCycle",
+    "FlowNotFound",
+    "FlowRunning",
+    "InvalidFlow",
     "InvalidJobInput",
     "InvalidOption",
     "InvalidSchemaName",
     "JobContext",
+    "JobFilter",
     "JobLost",
     "JobQueue",
     "JobRow",
     "JobSpec",
+    "Keep",
     "Kind",
     "PgJobsError",
+    "PurgeResult",
+    "QueueSettings",
     "Registry",
     "Retry",
+    "Schedule",
+    "Scheduler",
     "SchemaMissing",
     "Status",
+    "SubmittedFlow",
     "UnknownKind",
     "Worker",
     "WorkerStats",

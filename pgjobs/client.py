@@ -12,14 +12,27 @@ from pgjobs.config import DEFAULT_SCHEMA, dsn_from_env
 from pgjobs.enqueue import JobSpec, insert_many, insert_one, prepare
 from pgjobs.errors import SchemaMissing
 from pgjobs.executor import Connection, Database
+from pgjobs.flows import Flow, Flows, SubmittedFlow
 from pgjobs.kinds import Kind, Registry
-from pgjobs.models import EnqueueResult, JobRow, Status
+from pgjobs.maintenance import register_maintenance
+from pgjobs.models import EnqueueResult, JobFilter, JobRow, PurgeResult, Status
+from pgjobs.ops import LogPage, Operations, RunningPolicy
+from pgjobs.queues import QueueControl, QueueSettings
+from pgjobs.schedules import Schedule, Scheduler, Schedules
 from pgjobs.worker import Worker
 
 
 def _job_row(record: asyncpg.Record) -> JobRow:
     values = dict(record)
-    for column in ("payload", "output", "metadata", "progress", "last_error", "backoff"):
+    for column in (
+        "payload",
+        "output",
+        "metadata",
+        "progress",
+        "last_error",
+        "backoff",
+        "retention",
+    ):
         values[column] = jsonvalue.loads(values[column])
     values["status"] = Status(values["status"])
     return JobRow(**values)
@@ -36,6 +49,10 @@ class JobQueue:
     def __init__(self, db: Database, registry: Registry | None = None) -> None:
         self.db = db
         self.registry = registry if registry is not None else Registry()
+        self._ops = Operations(db, self.registry)
+        self._flows = Flows(db, self.registry)
+        self._queues = QueueControl(db)
+        self._schedules = Schedules(db, self.registry)
 
     @classmethod
     async def connect(
@@ -142,3 +159,195 @@ class JobQueue:
     def worker(self, **options: Any) -> Worker:
         """A Worker for this queue's registry; see Worker for the options."""
         return Worker(self.db, self.registry, **options)
+
+    # -- flows -----------------------------------------------------------------------------
+
+    async def submit_flow(
+        self,
+        flow: Flow,
+        *,
+        metadata: Any = None,
+        default_priority: int | None = None,
+        tenant: str | None = None,
+        connection: Connection | None = None,
+    ) -> SubmittedFlow:
+        """Write a flow's nodes, edges and flow row in one transaction; see Flows.submit."""
+        return await self._flows.submit(
+            flow,
+            metadata=metadata,
+            default_priority=default_priority,
+            tenant=tenant,
+            connection=connection,
+        )
+
+    async def rerun_flow(
+        self, flow_id: int, *, tenant: str | None = None, any_tenant: bool = False
+    ) -> SubmittedFlow:
+        """Clone a flow under a new id, all nodes pending, priorities and budgets kept."""
+        return await self._flows.rerun(flow_id, tenant=tenant, any_tenant=any_tenant)
+
+    async def requeue_flow(
+        self, flow_id: int, *, tenant: str | None = None, any_tenant: bool = False
+    ) -> list[int]:
+        """Re-drive a failed flow in place (refused with FlowRunning while a node runs)."""
+        return await self._flows.requeue(flow_id, tenant=tenant, any_tenant=any_tenant)
+
+    async def prerequisite_results(self, job_id: int) -> list[dict[str, Any]]:
+        """Each prerequisite of ``job_id``: id, kind, name, queue, status, output, edge policy,
+        edge state and the failure recorded on the edge."""
+        rows = await self.db.fetch("prerequisite_results", job_id)
+        return [
+            {
+                **dict(row),
+                "output": jsonvalue.loads(row["output"]),
+                "failure": jsonvalue.loads(row["failure"]),
+            }
+            for row in rows
+        ]
+
+    # -- operations ------------------------------------------------------------------------
+
+    async def cancel(
+        self, job_id: int, *, tenant: str | None = None, any_tenant: bool = False
+    ) -> bool:
+        """Cancel a pending or running job (a terminal state). A running job's worker learns it
+        at its next fenced write. Dependents are resolved by their edge policies."""
+        return bool(await self._ops.cancel([job_id], tenant=tenant, any_tenant=any_tenant))
+
+    async def cancel_flow(
+        self, flow_id: int, *, tenant: str | None = None, any_tenant: bool = False
+    ) -> list[int]:
+        """Cancel every pending or running node of a flow; returns their ids."""
+        return await self._ops.cancel_flow(flow_id, tenant=tenant, any_tenant=any_tenant)
+
+    async def requeue(
+        self, job_id: int, *, tenant: str | None = None, any_tenant: bool = False
+    ) -> bool:
+        """Re-drive a finished job as a new life cycle (fresh attempts and deferrals)."""
+        where = JobFilter(ids=(job_id,), tenant=tenant)
+        if tenant is None and not any_tenant:
+            rows = await self.db.fetchrow("get_job", job_id, None, False)
+            if rows is None:
+                return False
+        return bool(await self._ops.requeue(where))
+
+    async def requeue_dead(self, where: JobFilter | None = None) -> list[int]:
+        """Re-drive every dead job matching ``where``; returns their ids."""
+        base = where or JobFilter()
+        return await self._ops.requeue(JobFilter(**{**_fields(base), "status": "dead"}))
+
+    async def promote(
+        self, job_id: int, *, tenant: str | None = None, any_tenant: bool = False
+    ) -> bool:
+        """Make a delayed job due now; False if it was not a delayed pending job."""
+        return await self._ops.promote(job_id, tenant=tenant, any_tenant=any_tenant)
+
+    async def update_payload(
+        self, job_id: int, data: Any, *, tenant: str | None = None, any_tenant: bool = False
+    ) -> bool:
+        """Replace a job's input (validated by its kind)."""
+        return await self._ops.update_payload(job_id, data, tenant=tenant, any_tenant=any_tenant)
+
+    async def change_priority(
+        self, job_id: int, priority: int, *, tenant: str | None = None, any_tenant: bool = False
+    ) -> bool:
+        return await self._ops.change_priority(
+            job_id, priority, tenant=tenant, any_tenant=any_tenant
+        )
+
+    async def append_log(
+        self,
+        job_id: int,
+        line: str,
+        *,
+        keep_last: int | None = None,
+        tenant: str | None = None,
+        any_tenant: bool = False,
+    ) -> bool:
+        """Append a log line to a job, keeping only the newest ``keep_last`` when given."""
+        return await self._ops.append_log(
+            job_id, line, keep_last=keep_last, tenant=tenant, any_tenant=any_tenant
+        )
+
+    async def read_logs(
+        self,
+        job_id: int,
+        *,
+        offset: int = 0,
+        limit: int = 100,
+        tenant: str | None = None,
+        any_tenant: bool = False,
+    ) -> LogPage:
+        return await self._ops.read_logs(
+            job_id, offset=offset, limit=limit, tenant=tenant, any_tenant=any_tenant
+        )
+
+    async def purge(
+        self, where: JobFilter | None = None, *, running: RunningPolicy = "skip"
+    ) -> PurgeResult:
+        """Delete every job matching ``where`` (all fields AND-ed; an empty filter purges all),
+        in one transaction. Dependents are resolved first (a removed prerequisite releases
+        block/ignore/continue edges and fails cascade ones). Running jobs are skipped (and
+        counted) or, with ``running="cancel"``, deleted too: their workers' fenced writes
+        become no-ops. Obliterating a queue is ``purge(JobFilter(queue=...))``."""
+        return await self._ops.purge(where or JobFilter(), running)
+
+    # -- queue settings --------------------------------------------------------------------
+
+    async def pause(self, queue: str) -> None:
+        """Hand out no job of ``queue`` until resumed; enqueueing still works."""
+        await self._queues.pause(queue)
+
+    async def resume(self, queue: str) -> None:
+        await self._queues.resume(queue)
+
+    async def set_rate_limit(
+        self, queue: str, max_jobs: int | None, per_seconds: float | None = None
+    ) -> None:
+        """At most ``max_jobs`` starts per ``per_seconds`` across all workers (None: no limit)."""
+        await self._queues.set_rate_limit(queue, max_jobs, per_seconds)
+
+    async def set_concurrency(self, queue: str, limit: int | None) -> None:
+        """At most ``limit`` running jobs of ``queue`` across all workers (None: no cap)."""
+        await self._queues.set_concurrency(queue, limit)
+
+    async def set_group_concurrency(self, queue: str, limit: int | None) -> None:
+        """At most ``limit`` running jobs per ``group_key`` in ``queue`` (None: no cap)."""
+        await self._queues.set_group_concurrency(queue, limit)
+
+    async def limit_queue_for(self, queue: str, seconds: float) -> None:
+        """Hand out nothing from ``queue`` for ``seconds``."""
+        await self._queues.limit_for(queue, seconds)
+
+    async def queue_settings(self, queue: str) -> QueueSettings:
+        return await self._queues.settings(queue)
+
+    # -- schedules -------------------------------------------------------------------------
+
+    async def upsert_schedule(self, name: str, kind: str, input: Any, **options: Any) -> Any:
+        """Create or replace a cron/interval schedule; see Schedules.upsert."""
+        return await self._schedules.upsert(name, kind, input, **options)
+
+    async def list_schedules(self) -> list[Schedule]:
+        return await self._schedules.list()
+
+    async def get_schedule(self, name: str) -> Schedule | None:
+        return await self._schedules.get(name)
+
+    async def remove_schedule(self, name: str) -> bool:
+        return await self._schedules.remove(name)
+
+    async def emit_due_schedules(self, *, catch_up: bool = False) -> int:
+        """Emit the jobs of due schedule ticks once; see Scheduler for a loop."""
+        return await self._schedules.emit_due(catch_up=catch_up)
+
+    def scheduler(self, **options: Any) -> Scheduler:
+        return Scheduler(self._schedules, **options)
+
+    def register_maintenance(self, **options: Any) -> None:
+        """Register the built-in GC and metrics-sweep kinds on this queue's registry."""
+        register_maintenance(self.registry, lambda: self.db, **options)
+
+
+def _fields(where: JobFilter) -> dict[str, Any]:
+    return {name: getattr(where, name) for name in JobFilter.__dataclass_fields__}

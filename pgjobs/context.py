@@ -94,6 +94,32 @@ class JobContext:
             self.lost = True
         return row is not None
 
+    async def log(self, line: str) -> bool:
+        """Append a line to the job's log; False (nothing written) once the job is not ours."""
+        if self.lost:
+            return False
+        if not isinstance(line, str):
+            raise InvalidOption("line", f"must be a string, got {type(line).__name__}")
+        seq = await self._db.fetchval(
+            "append_log_fenced", self.id, self.lock_token, jsonvalue.strip_nul(line)
+        )
+        if seq is None:
+            self.lost = True
+        return seq is not None
+
+    async def prerequisites(self) -> list[dict[str, Any]]:
+        """This job's prerequisites in its flow: id, kind, name, queue, status, output, and the
+        policy, state and recorded failure of each edge."""
+        rows = await self._db.fetch("prerequisite_results", self.id)
+        return [
+            {
+                **dict(row),
+                "output": jsonvalue.loads(row["output"]),
+                "failure": jsonvalue.loads(row["failure"]),
+            }
+            for row in rows
+        ]
+
     @asynccontextmanager
     async def transaction(self, progress: Any = _UNSET) -> AsyncIterator[Connection]:
         """A transaction whose commit is conditional on still owning the job.

@@ -15,7 +15,7 @@ from pgjobs.config import notify_channel
 from pgjobs.errors import DedupRaceError, InvalidOption
 from pgjobs.executor import Database
 from pgjobs.kinds import Kind, Registry
-from pgjobs.models import EnqueueResult
+from pgjobs.models import EnqueueResult, Keep
 
 # The in-flight holder of a dedup key can finish between our conflict and our read of it;
 # then the key is free and inserting again succeeds. Three rounds bound a pathological churn.
@@ -40,6 +40,9 @@ class JobSpec:
     group_key: str | None = None
     tenant: str | None = None
     metadata: Any = None
+    job_key: str | None = None
+    keep_completed: Keep | None = None
+    keep_dead: Keep | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,15 @@ class PreparedJob:
     group_key: str | None
     tenant: str | None
     metadata: str | None
+    job_key: str | None = None
+    retention: str | None = None
+    flow_id: int | None = None
+    pending_deps: int = 0
+
+    def key_identity(self) -> tuple[str, str, str] | None:
+        if self.job_key is None:
+            return None
+        return (self.queue, self.job_key, self.tenant or "")
 
     def dedup_identity(self) -> tuple[str, str, str] | None:
         if self.dedup_key is None:
@@ -80,6 +92,17 @@ def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
             metadata = jsonvalue.dumps(spec.metadata)
         except jsonvalue.NotJson as exc:
             raise InvalidOption("metadata", str(exc)) from None
+    retention = {
+        status: rule
+        for status, rule in (
+            (
+                "completed",
+                options.keep("keep_completed", spec.keep_completed or kind.keep_completed),
+            ),
+            ("dead", options.keep("keep_dead", spec.keep_dead or kind.keep_dead)),
+        )
+        if rule is not None
+    }
     name = spec.name if spec.name is not None else kind.label(typed)
     group_key = spec.group_key if spec.group_key is not None else kind.group(typed)
     return PreparedJob(
@@ -103,6 +126,8 @@ def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
         group_key=options.text("group_key", group_key),
         tenant=options.text("tenant", spec.tenant, max_bytes=256),
         metadata=metadata,
+        job_key=options.text("job_key", spec.job_key),
+        retention=jsonvalue.dumps(retention) if retention else None,
     )
 
 
@@ -122,6 +147,10 @@ def _row_args(job: PreparedJob) -> tuple[Any, ...]:
         job.group_key,
         job.tenant,
         job.metadata,
+        job.job_key,
+        job.retention,
+        job.flow_id,
+        job.pending_deps,
     )
 
 
@@ -132,8 +161,8 @@ async def insert_one(db: Database, job: PreparedJob, conn: Any = None) -> Enqueu
         row = await db.fetchrow("enqueue_one", *_row_args(job), channel, conn=conn)
         if row is not None:
             return EnqueueResult(row["id"], row["duplicate"])
-    assert job.dedup_key is not None  # without a key the insert cannot conflict
-    raise DedupRaceError(job.queue, job.dedup_key, MAX_DEDUP_ROUNDS)
+    # Only an in-flight dedup key can be released between the conflict and the read.
+    raise DedupRaceError(job.queue, job.dedup_key or job.job_key or "", MAX_DEDUP_ROUNDS)
 
 
 async def insert_many(
@@ -146,15 +175,20 @@ async def insert_many(
     """
     if not jobs:
         return []
-    first_of_key: dict[tuple[str, str, str], int] = {}
+    first_of_key: dict[tuple[str, tuple[str, str, str]], int] = {}
     unique: list[PreparedJob] = []
     position: list[int] = []  # input index -> index in `unique`
     for job in jobs:
-        identity = job.dedup_identity()
-        if identity is not None and identity in first_of_key:
-            position.append(first_of_key[identity])
+        identities = [
+            (label, identity)
+            for label, identity in (("key", job.key_identity()), ("dedup", job.dedup_identity()))
+            if identity is not None
+        ]
+        earlier = next((first_of_key[i] for i in identities if i in first_of_key), None)
+        if earlier is not None:
+            position.append(earlier)
             continue
-        if identity is not None:
+        for identity in identities:
             first_of_key[identity] = len(unique)
         position.append(len(unique))
         unique.append(job)

@@ -90,3 +90,45 @@ class JobLost(PgJobsError):
         super().__init__(
             f"job {job_id} is no longer owned by this worker; its writes were discarded"
         )
+
+
+class InvalidFlow(PgJobsError, ValueError):
+    """A flow is malformed: an edge names a node never added, a node is added twice, ..."""
+
+
+class FlowCycle(InvalidFlow):
+    """The flow's edges form a cycle; nothing was written."""
+
+    def __init__(self, nodes: list[str]) -> None:
+        self.nodes = nodes
+        super().__init__(f"the flow has a cycle through node(s) {nodes}; nothing was written")
+
+
+class FlowConflict(PgJobsError):
+    """A flow node's job key or dedup key is already held by another job; nothing was written."""
+
+    def __init__(
+        self, node: str, existing_id: int | None, job_key: str | None, dedup_key: str | None
+    ) -> None:
+        self.node = node
+        self.existing_id = existing_id
+        key = f"job key {job_key!r}" if job_key else f"dedup key {dedup_key!r}"
+        held = f" (held by job {existing_id})" if existing_id is not None else ""
+        super().__init__(f"flow node {node!r}: {key} is already taken{held}; nothing was written")
+
+
+class FlowNotFound(PgJobsError, LookupError):
+    def __init__(self, flow_id: int) -> None:
+        self.flow_id = flow_id
+        super().__init__(f"no flow {flow_id} (or it belongs to another tenant)")
+
+
+class FlowRunning(PgJobsError):
+    """A flow cannot be re-driven in place while one of its nodes runs."""
+
+    def __init__(self, flow_id: int, running: list[int]) -> None:
+        self.flow_id = flow_id
+        self.running = running
+        super().__init__(
+            f"flow {flow_id} has running node(s) {running}; wait for them or cancel them"
+        )

@@ -66,3 +66,9 @@ def dumps(value: Any) -> str:
 
 def loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+def strip_nul(text: str) -> str:
+    """Free text (log lines, error messages) as PostgreSQL text can hold it: NUL shown as
+    ``\\0``, unpaired surrogates replaced."""
+    return text.replace("\x00", "\\0").encode("utf-8", "replace").decode("utf-8")

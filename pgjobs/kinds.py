@@ -17,6 +17,7 @@ import pydantic_core
 from pgjobs import jsonvalue, options
 from pgjobs.backoff import Backoff
 from pgjobs.errors import DuplicateKind, InvalidJobInput, InvalidOption, UnknownKind
+from pgjobs.models import Keep
 
 if TYPE_CHECKING:
     from pgjobs.context import JobContext
@@ -50,6 +51,8 @@ class Kind(Generic[InputT]):
     backoff: Backoff = field(default_factory=Backoff)
     max_deferrals: int = 0
     priority: int = 0
+    keep_completed: Keep | None = None
+    keep_dead: Keep | None = None
     job_name: Callable[[InputT], str] | None = None
     group_key: Callable[[InputT], str | None] | None = None
     adapter: pydantic.TypeAdapter[InputT] = field(init=False, repr=False)
@@ -63,6 +66,8 @@ class Kind(Generic[InputT]):
         options.max_attempts(self.max_attempts)
         options.max_deferrals(self.max_deferrals)
         options.priority(self.priority)
+        options.keep("keep_completed", self.keep_completed)
+        options.keep("keep_dead", self.keep_dead)
         object.__setattr__(self, "backoff", options.backoff(self.backoff))
         try:
             adapter = pydantic.TypeAdapter(self.input)

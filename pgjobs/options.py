@@ -66,7 +66,7 @@ def queue(value: Any) -> str:
     return result
 
 
-def delay_seconds(value: Any) -> float | None:
+def delay_seconds(value: Any, option: str = "delay") -> float | None:
     """A delay as seconds (number or timedelta), >= 0 and finite; None stays None."""
     if value is None:
         return None
@@ -79,7 +79,7 @@ def delay_seconds(value: Any) -> float | None:
             "delay", f"must be seconds (a number) or a timedelta, got {type(value).__name__}"
         )
     if not math.isfinite(seconds) or seconds < 0:
-        raise InvalidOption("delay", f"must be a finite number of seconds >= 0, got {value!r}")
+        raise InvalidOption(option, f"must be a finite number of seconds >= 0, got {value!r}")
     if seconds > MAX_DELAY_SECONDS:
         raise InvalidOption(
             "delay", f"must be at most {MAX_DELAY_SECONDS} seconds (100 years), got {value!r}"
@@ -87,16 +87,45 @@ def delay_seconds(value: Any) -> float | None:
     return seconds
 
 
-def run_at(value: Any) -> datetime | None:
+def timestamp(option: str, value: Any) -> datetime | None:
+    """A timezone-aware datetime; None stays None."""
     if value is None:
         return None
     if not isinstance(value, datetime):
-        raise InvalidOption("run_at", f"must be a datetime, got {type(value).__name__}")
+        raise InvalidOption(option, f"must be a datetime, got {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidOption("run_at", "must be timezone-aware (a naive datetime is ambiguous)")
+        raise InvalidOption(option, "must be timezone-aware (a naive datetime is ambiguous)")
     if value.year > 9000:
-        raise InvalidOption("run_at", f"is too far in the future: {value.isoformat()}")
+        raise InvalidOption(option, f"is too far in the future: {value.isoformat()}")
     return value
+
+
+def run_at(value: Any) -> datetime | None:
+    return timestamp("run_at", value)
+
+
+def keep(option: str, value: Any) -> dict[str, Any] | None:
+    """A Keep as its JSON form, validated; None when not given."""
+    from pgjobs.models import Keep
+
+    if value is None:
+        return None
+    if not isinstance(value, Keep):
+        raise InvalidOption(option, f"must be a pgjobs.Keep, got {type(value).__name__}")
+    result: dict[str, Any] = {}
+    if value.count is not None:
+        result["count"] = integer(f"{option}.count", value.count, 0, 1_000_000_000)
+    if value.age is not None:
+        age = value.age
+        if (
+            isinstance(age, bool)
+            or not isinstance(age, int | float)
+            or not math.isfinite(age)
+            or age < 0
+        ):
+            raise InvalidOption(f"{option}.age", f"must be a number of seconds >= 0, got {age!r}")
+        result["age"] = float(age)
+    return result
 
 
 def backoff(value: Any) -> Backoff:

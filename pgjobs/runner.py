@@ -30,12 +30,7 @@ def _error(exc: BaseException, ctx: JobContext, **extra: Any) -> str:
 
 def _jsonb_safe(record: dict[str, Any]) -> dict[str, Any]:
     """Error text is arbitrary: escape what jsonb cannot hold rather than lose the record."""
-    return {
-        key: value.replace("\x00", "\\0").encode("utf-8", "replace").decode("utf-8")
-        if isinstance(value, str)
-        else value
-        for key, value in record.items()
-    }
+    return {key: jsonvalue.strip_nul(v) if isinstance(v, str) else v for key, v in record.items()}
 
 
 def _dead(ctx: JobContext, exc: BaseException, **fields: Any) -> Outcome:

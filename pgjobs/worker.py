@@ -122,7 +122,8 @@ class Worker:
 
     async def run(self, *, until_drained: bool = False) -> None:
         """Work until ``stop()`` is called; with ``until_drained``, also return once no job of
-        these queues and kinds is pending or running (delayed ones included)."""
+        these queues and kinds is running or pending with its prerequisites met (delayed ones
+        included: the worker waits for them)."""
         version = await self._db.schema_version()
         if version is None or version < latest_version():
             raise SchemaMissing(self._db.schema, version, latest_version())
@@ -185,8 +186,11 @@ class Worker:
                     assert idle is not None
                     if until_drained and not idle["busy"] and not rows and not self._tasks:
                         return
-                    if idle["until_due"] is not None:
-                        sleep = min(sleep, max(idle["until_due"], 0.0))
+                    until_due = idle["until_due"]
+                    if until_due is not None and (until_due > 0 or not idle["capped"]):
+                        # Due jobs we could not take (another worker won them) are worth an
+                        # immediate retry; a queue at its cap is not: we wait to be woken.
+                        sleep = min(sleep, max(until_due, 0.0))
                 failures = 0
             except _CONNECTION_ERRORS as exc:
                 failures += 1

@@ -3,6 +3,7 @@ freshly migrated schema of its own for every test, dropped afterwards."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
@@ -34,8 +35,12 @@ async def pool(pg_dsn: str, schema_name: str) -> AsyncIterator[asyncpg.Pool]:
     try:
         yield pool
     finally:
-        await pool.execute(f"DROP SCHEMA IF EXISTS {schema_name} CASCADE")
-        await pool.close()
+        try:
+            # A test that failed may have left a worker holding connections: do not hang on it.
+            await asyncio.wait_for(pool.execute(f"DROP SCHEMA IF EXISTS {schema_name} CASCADE"), 30)
+            await asyncio.wait_for(pool.close(), 10)
+        except TimeoutError:
+            pool.terminate()
 
 
 @pytest.fixture

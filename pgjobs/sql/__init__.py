@@ -15,11 +15,19 @@ from pgjobs.config import validate_schema
 JOB_COLUMNS = (
     "id, queue, kind, name, payload, output, status, priority, run_at, attempts, max_attempts, "
     "deferrals, max_deferrals, backoff, dedup_key, group_key, flow_id, pending_deps, tenant, "
-    "metadata, progress, last_error, created_at, started_at, finished_at, heartbeat_at"
+    "metadata, progress, last_error, created_at, started_at, finished_at, heartbeat_at, job_key, "
+    "retention"
 )
 
 _HEADER = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
-_FILES = ("queries.sql",)
+_FILES = (
+    "queries.sql",
+    "operations.sql",
+    "flows.sql",
+    "queues.sql",
+    "schedules.sql",
+    "maintenance.sql",
+)
 
 
 def _parse(text: str, source: str) -> dict[str, str]:
@@ -49,6 +57,7 @@ def queries(schema: str) -> dict[str, str]:
     """Every named statement, ready to run against ``schema``."""
     schema = validate_schema(schema)
     return {
+        # {where} is left for sql.filters to fill at call time.
         name: body.replace("{job_columns}", JOB_COLUMNS).replace("{schema}", schema)
         for name, body in _templates().items()
     }

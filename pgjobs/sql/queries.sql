@@ -12,52 +12,55 @@ SELECT to_regclass('{schema}.migrations') IS NOT NULL;
 SELECT max(version) FROM {schema}.migrations;
 
 -- name: enqueue_one
--- Insert one job, or return the in-flight holder of its dedup key. The NOTIFY goes out at commit.
--- An empty result means the holder finished between the conflict and the read: try again.
+-- Insert one job, or return the job that already holds its job key (any status) or its dedup
+-- key (in flight). The NOTIFY goes out at commit. An empty result means the holder of a dedup
+-- key finished between the conflict and the read: try again.
 WITH ins AS (
     INSERT INTO {schema}.jobs (queue, kind, name, payload, priority, run_at, max_attempts,
-                               max_deferrals, backoff, dedup_key, group_key, tenant, metadata)
+                               max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
+                               job_key, retention, flow_id, pending_deps)
     VALUES ($1, $2, $3, $4::text::jsonb, $5,
             coalesce($6::timestamptz, now() + make_interval(secs => coalesce($7::float8, 0))),
-            $8, $9, $10::text::jsonb, $11, $12, $13, $14::text::jsonb)
-    ON CONFLICT (queue, dedup_key, (coalesce(tenant, '')))
-        WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
-        DO NOTHING
-    RETURNING id, pg_notify($15, queue)
+            $8, $9, $10::text::jsonb, $11, $12, $13, $14::text::jsonb, $15, $16::text::jsonb,
+            $17, $18)
+    ON CONFLICT DO NOTHING
+    RETURNING id, pg_notify($19, queue)
 )
 SELECT id, false AS duplicate FROM ins
 UNION ALL
-SELECT j.id, true FROM {schema}.jobs j
-WHERE $11::text IS NOT NULL AND NOT EXISTS (SELECT FROM ins)
-  AND j.queue = $1 AND j.dedup_key = $11 AND coalesce(j.tenant, '') = coalesce($13, '')
-  AND j.status IN ('pending', 'running');
+(SELECT j.id, true FROM {schema}.jobs j
+ WHERE NOT EXISTS (SELECT FROM ins) AND j.queue = $1 AND coalesce(j.tenant, '') = coalesce($13, '')
+   AND (j.job_key = $15::text
+        OR (j.dedup_key = $11::text AND j.status IN ('pending', 'running')))
+ ORDER BY j.job_key = $15::text DESC NULLS LAST
+ LIMIT 1);
 
 -- name: enqueue_many
 -- Insert many jobs in one statement. Returns one row per input (by ordinal) with the id it was
--- given and whether it was written; rows not written hit an in-flight dedup key.
+-- given and whether it was written; rows not written hit a job key or an in-flight dedup key.
 WITH src AS MATERIALIZED (
     SELECT nextval('{schema}.jobs_id_seq') AS id, u.*
     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::timestamptz[],
                 $7::float8[], $8::int[], $9::int[], $10::text[], $11::text[], $12::text[],
-                $13::text[], $14::text[])
+                $13::text[], $14::text[], $15::text[], $16::text[], $17::bigint[], $18::int[])
          WITH ORDINALITY AS u(queue, kind, name, payload, priority, run_at, delay, max_attempts,
-                              max_deferrals, backoff, dedup_key, group_key, tenant, metadata, ord)
+                              max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
+                              job_key, retention, flow_id, pending_deps, ord)
 ),
 ins AS (
     INSERT INTO {schema}.jobs (id, queue, kind, name, payload, priority, run_at, max_attempts,
-                               max_deferrals, backoff, dedup_key, group_key, tenant, metadata)
+                               max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
+                               job_key, retention, flow_id, pending_deps)
     SELECT id, queue, kind, name, payload::jsonb, priority,
            coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
            max_attempts, max_deferrals, backoff::jsonb, dedup_key, group_key, tenant,
-           metadata::jsonb
+           metadata::jsonb, job_key, retention::jsonb, flow_id, pending_deps
     FROM src ORDER BY ord
-    ON CONFLICT (queue, dedup_key, (coalesce(tenant, '')))
-        WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
-        DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING id
 ),
 notified AS (
-    SELECT pg_notify($15, q.queue) FROM (SELECT DISTINCT queue FROM src) q
+    SELECT pg_notify($19, q.queue) FROM (SELECT DISTINCT queue FROM src) q
 )
 SELECT src.ord, src.id, ins.id IS NOT NULL AS inserted, (SELECT count(*) FROM notified) AS queues
 FROM src LEFT JOIN ins ON ins.id = src.id
@@ -73,16 +76,38 @@ SELECT id, queue, kind, name, payload, priority, run_at, attempts, max_attempts,
 FROM {schema}.claim_jobs($1::text[], $2::text[], $3::int, $4::float8);
 
 -- name: idle_state
--- For a worker that found nothing to claim: seconds (by the database clock) until the earliest
--- pending job of these queues and kinds is due (NULL: none), and whether any is still pending
--- or running anywhere (a running one may come back through retry or rescue).
+-- For a worker that claimed less than it asked: seconds (by the database clock) until it is
+-- worth claiming again, and whether any job of its queues and kinds is still pending or running
+-- (a running one may come back through retry or rescue; a dependent still waiting on its
+-- prerequisites is not counted: it runs only once they move). Paused queues count as never due
+-- (resume sends a notification); a rate-limited queue is due when its window opens; a queue at
+-- its concurrency cap is due when a job of it finishes (finish_jobs notifies), re-checked at
+-- the poll interval.
+WITH settings AS (
+    SELECT q.queue, qs.paused, qs.limited_until, qs.concurrency, qs.group_concurrency,
+           CASE WHEN qs.rate_limit IS NOT NULL AND qs.window_start IS NOT NULL
+                     AND qs.window_count >= qs.rate_limit
+                     AND now() < qs.window_start + make_interval(secs => qs.rate_period)
+                THEN qs.window_start + make_interval(secs => qs.rate_period) END AS window_opens
+    FROM unnest($1::text[]) AS q(queue)
+    LEFT JOIN {schema}.queue_settings qs ON qs.queue = q.queue
+),
+due AS (
+    SELECT greatest(
+               (SELECT min(j.run_at) FROM {schema}.jobs j
+                WHERE j.status = 'pending' AND j.pending_deps = 0 AND j.queue = s.queue
+                  AND j.kind = ANY($2::text[])),
+               s.limited_until, s.window_opens) AS at,
+           s.concurrency IS NOT NULL OR s.group_concurrency IS NOT NULL AS capped
+    FROM settings s
+    WHERE NOT coalesce(s.paused, false)
+)
 SELECT
-    (SELECT extract(epoch FROM min(run_at) - now())::float8 FROM {schema}.jobs
-     WHERE status = 'pending' AND pending_deps = 0 AND queue = ANY($1::text[])
-       AND kind = ANY($2::text[])) AS until_due,
+    (SELECT extract(epoch FROM min(at) - now())::float8 FROM due) AS until_due,
+    (SELECT bool_or(capped) FROM due WHERE at <= now()) AS capped,
     EXISTS (SELECT FROM {schema}.jobs
-            WHERE status IN ('pending', 'running') AND queue = ANY($1::text[])
-              AND kind = ANY($2::text[])) AS busy;
+            WHERE (status = 'running' OR (status = 'pending' AND pending_deps = 0))
+              AND queue = ANY($1::text[]) AND kind = ANY($2::text[])) AS busy;
 
 -- name: finish
 -- Write outcomes fenced by lock token; resolve flow dependents; returns the ids written.

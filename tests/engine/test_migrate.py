@@ -90,7 +90,10 @@ async def _claim_buffers(jobs: JobQueue, backlog: int, plan_mode: str) -> int:
             await conn.fetch(jobs.db.statements["claim"], ["q"], ["k"], 10, 30.0)
         plan = await conn.fetchval(
             "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + jobs.db.statements["claim"],
-            ["q", "r"], ["k"], 10, 30.0,
+            ["q", "r"],
+            ["k"],
+            10,
+            30.0,
         )
         await tx.rollback()
     top = json.loads(plan)[0]["Plan"]

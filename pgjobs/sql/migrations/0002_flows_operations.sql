@@ -224,6 +224,11 @@ BEGIN
             SELECT DISTINCT d.queue FROM {schema}.jobs d
             WHERE d.id IN (SELECT {schema}.resolve_dependents(flow_ids)));
     END IF;
+    -- A queue with a concurrency cap has a free slot now: wake its workers.
+    wake_queues := coalesce(wake_queues, '{}') || ARRAY(
+        SELECT qs.queue FROM {schema}.queue_settings qs
+        WHERE (qs.concurrency IS NOT NULL OR qs.group_concurrency IS NOT NULL)
+          AND qs.queue IN (SELECT j.queue FROM {schema}.jobs j WHERE j.id = ANY(done_ids)));
     PERFORM pg_notify(p_channel, q) FROM unnest(wake_queues) AS q;
     -- Retention {"count": 0}: remove at once, unless a dependent still needs the output.
     DELETE FROM {schema}.jobs j

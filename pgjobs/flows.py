@@ -1,0 +1,226 @@
+"""DAG flows: build a graph of typed jobs, validate it before anything is written, submit it in
+one transaction; re-drive it in place (requeue) or as a clone (rerun)."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+import asyncpg
+
+from pgjobs import jsonvalue
+from pgjobs.config import notify_channel
+from pgjobs.enqueue import JobSpec, insert_many, prepare
+from pgjobs.errors import (
+    FlowConflict,
+    FlowCycle,
+    FlowNotFound,
+    FlowRunning,
+    InvalidFlow,
+    InvalidOption,
+)
+from pgjobs.executor import Connection, Database
+from pgjobs.kinds import Kind, Registry
+
+
+class EdgePolicy(StrEnum):
+    """What a dependent does when a prerequisite fails (dead or cancelled).
+
+    BLOCK: waits until the prerequisite is re-driven and completes, or is removed (BullMQ's
+    default). CASCADE: fails with it (dead, or cancelled when it was cancelled or removed),
+    transitively. IGNORE: proceeds; the failure is recorded on the edge. CONTINUE: becomes
+    claimable at once, even if other prerequisites are still pending.
+    """
+
+    BLOCK = "block"
+    CASCADE = "cascade"
+    IGNORE = "ignore"
+    CONTINUE = "continue"
+
+
+@dataclass(slots=True)
+class _Node:
+    spec: JobSpec
+
+
+@dataclass
+class Flow:
+    """A DAG under construction. Nodes are named by handles local to the builder.
+
+    >>> flow = Flow("import-42")
+    >>> flow.add("fetch", "fetch_page", {"url": u})
+    >>> flow.add("parse", "parse_page", {}, priority=5)
+    >>> flow.edge("fetch", "parse", EdgePolicy.CASCADE)
+    """
+
+    name: str | None = None
+    _nodes: dict[str, _Node] = field(default_factory=dict)
+    _edges: dict[tuple[str, str], EdgePolicy] = field(default_factory=dict)
+
+    def add(self, node: str, kind: str | Kind[Any], input: Any, **options: Any) -> str:
+        """Add a node; options are those of ``JobQueue.enqueue`` (queue, priority, name,
+        dedup_key, job_key, max_attempts, backoff, max_deferrals, ...)."""
+        if not isinstance(node, str) or not node:
+            raise InvalidFlow(f"node handles are non-empty strings, got {node!r}")
+        if node in self._nodes:
+            raise InvalidFlow(f"node {node!r} is added twice")
+        if "tenant" in options:
+            raise InvalidFlow(f"node {node!r}: the tenant is set for the whole flow at submit")
+        self._nodes[node] = _Node(JobSpec(kind, input, **options))
+        return node
+
+    def edge(
+        self, prerequisite: str, dependent: str, policy: EdgePolicy | str = EdgePolicy.BLOCK
+    ) -> None:
+        """``dependent`` runs after ``prerequisite``; ``policy`` says what a failure does."""
+        try:
+            resolved = EdgePolicy(policy)
+        except ValueError:
+            raise InvalidFlow(
+                f"edge policy must be one of {[p.value for p in EdgePolicy]}, got {policy!r}"
+            ) from None
+        if prerequisite == dependent:
+            raise FlowCycle([prerequisite])
+        self._edges[(prerequisite, dependent)] = resolved
+
+    def priority(self, node: str, value: int) -> None:
+        """Set a node's priority (an explicit 0 stays 0; unset nodes take the flow default)."""
+        self._require(node)
+        self._nodes[node].spec = replace(self._nodes[node].spec, priority=value)
+
+    def _require(self, node: str) -> None:
+        if node not in self._nodes:
+            raise InvalidFlow(f"edge or setting names node {node!r}, which was never added")
+
+    def order(self) -> list[str]:
+        """Nodes in a topological order; raises FlowCycle or InvalidFlow (dangling edge)."""
+        if not self._nodes:
+            raise InvalidFlow("a flow needs at least one node")
+        for prerequisite, dependent in self._edges:
+            self._require(prerequisite)
+            self._require(dependent)
+        indegree = {node: 0 for node in self._nodes}
+        outgoing: dict[str, list[str]] = {node: [] for node in self._nodes}
+        for prerequisite, dependent in self._edges:
+            indegree[dependent] += 1
+            outgoing[prerequisite].append(dependent)
+        ready = deque(node for node in self._nodes if indegree[node] == 0)
+        ordered: list[str] = []
+        while ready:
+            node = ready.popleft()
+            ordered.append(node)
+            for dependent in outgoing[node]:
+                indegree[dependent] -= 1
+                if indegree[dependent] == 0:
+                    ready.append(dependent)
+        if len(ordered) != len(self._nodes):
+            raise FlowCycle(sorted(node for node, degree in indegree.items() if degree > 0))
+        return ordered
+
+
+@dataclass(frozen=True, slots=True)
+class SubmittedFlow:
+    flow_id: int
+    job_ids: dict[str, int]
+
+
+class Flows:
+    """Submit and re-drive flows on one Database."""
+
+    def __init__(self, db: Database, registry: Registry) -> None:
+        self._db = db
+        self._registry = registry
+        self._channel = notify_channel(db.schema)
+
+    async def submit(
+        self,
+        flow: Flow,
+        *,
+        metadata: Any = None,
+        default_priority: int | None = None,
+        tenant: str | None = None,
+        connection: Connection | None = None,
+    ) -> SubmittedFlow:
+        """Write every node, every edge and the flow row in one transaction (the caller's, with
+        ``connection``). A node's priority is its own, else ``default_priority``, else its
+        kind's. Nothing is written when any node is invalid, the graph has a cycle, or a node's
+        job key or dedup key is already taken (FlowConflict)."""
+        order = flow.order()
+        indegree = {node: 0 for node in order}
+        for _, dependent in flow._edges:
+            indegree[dependent] += 1
+        prepared = []
+        for node in order:
+            spec = flow._nodes[node].spec
+            if spec.priority is None and default_priority is not None:
+                spec = replace(spec, priority=default_priority)
+            job = prepare(replace(spec, tenant=tenant), self._registry)
+            prepared.append(replace(job, pending_deps=indegree[node]))
+        meta = None
+        if metadata is not None:
+            try:
+                meta = jsonvalue.dumps(metadata)
+            except jsonvalue.NotJson as exc:
+                raise InvalidOption("metadata", str(exc)) from None
+
+        async def write(conn: Connection) -> SubmittedFlow:
+            flow_id = await self._db.fetchval("insert_flow", flow.name, meta, tenant, conn=conn)
+            jobs = [replace(job, flow_id=flow_id) for job in prepared]
+            results = await insert_many(self._db, jobs, conn)
+            for node, result in zip(order, results, strict=True):
+                if result.duplicate:
+                    spec = flow._nodes[node].spec
+                    raise FlowConflict(node, result.id, spec.job_key, spec.dedup_key)
+            ids = {node: result.id for node, result in zip(order, results, strict=True)}
+            if flow._edges:
+                edges = list(flow._edges.items())
+                await self._db.fetch(
+                    "insert_edges",
+                    [ids[p] for (p, _), _ in edges],
+                    [ids[d] for (_, d), _ in edges],
+                    [policy.value for _, policy in edges],
+                    conn=conn,
+                )
+            return SubmittedFlow(flow_id, ids)
+
+        if connection is not None:
+            async with connection.transaction():
+                return await write(connection)
+        async with self._db.transaction() as conn:
+            return await write(conn)
+
+    async def rerun(self, flow_id: int, *, tenant: str | None, any_tenant: bool) -> SubmittedFlow:
+        """Clone the flow under a new id, every node pending, priorities and budgets kept.
+        Returns the new flow id and, by old job id (as a string), the new job ids."""
+        async with self._db.transaction() as conn:
+            if not await self._db.fetchval("flow_exists", flow_id, tenant, any_tenant, conn=conn):
+                raise FlowNotFound(flow_id)
+            new_flow = await self._db.fetchval("clone_flow_row", flow_id, conn=conn)
+            try:
+                rows = await self._db.fetch("rerun_flow", flow_id, new_flow, conn=conn)
+            except asyncpg.UniqueViolationError as exc:
+                raise FlowConflict(f"flow {flow_id}", None, None, str(exc.detail or exc)) from None
+            queues = sorted({row["queue"] for row in rows})
+            await self._db.fetch("notify_queues", queues, self._channel, conn=conn)
+            return SubmittedFlow(new_flow, {str(row["old_id"]): row["new_id"] for row in rows})
+
+    async def requeue(self, flow_id: int, *, tenant: str | None, any_tenant: bool) -> list[int]:
+        """Re-drive a failed flow in place; returns the ids put back to pending. Refused with
+        FlowRunning while any node runs."""
+        async with self._db.transaction() as conn:
+            nodes = await self._db.fetch("lock_flow", flow_id, tenant, any_tenant, conn=conn)
+            if not nodes:
+                raise FlowNotFound(flow_id)
+            running = [row["id"] for row in nodes if row["status"] == "running"]
+            if running:
+                raise FlowRunning(flow_id, running)
+            try:
+                rows = await self._db.fetch("requeue_flow", flow_id, conn=conn)
+            except asyncpg.UniqueViolationError as exc:
+                raise FlowConflict(f"flow {flow_id}", None, None, str(exc.detail or exc)) from None
+            await self._db.fetch("recount_flow_deps", flow_id, conn=conn)
+            queues = sorted({row["queue"] for row in rows})
+            await self._db.fetch("notify_queues", queues, self._channel, conn=conn)
+            return [row["id"] for row in rows]

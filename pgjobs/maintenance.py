@@ -1,0 +1,106 @@
+"""Built-in maintenance kinds: GC and the metrics rollup sweep. The application registers them
+(``register_maintenance``) and schedules them like its own jobs (``schedule_maintenance``).
+Each run takes a transaction-scoped advisory lock, so one instance works at a time fleet-wide,
+and is idempotent: a second delivery of the same job finds nothing left to do."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+
+from pgjobs.context import JobContext
+from pgjobs.executor import Database
+from pgjobs.kinds import Registry
+
+if TYPE_CHECKING:
+    from pgjobs.client import JobQueue
+
+GC_KIND = "pgjobs.gc"
+SWEEP_KIND = "pgjobs.metrics_sweep"
+MAINTENANCE_QUEUE = "pgjobs.maintenance"
+DAY = 86400.0
+
+
+class GcInput(pydantic.BaseModel):
+    """Global retention (seconds; None keeps forever), on top of each job's own rule."""
+
+    completed_after: float | None = pydantic.Field(default=7 * DAY, ge=0)
+    dead_after: float | None = pydantic.Field(default=30 * DAY, ge=0)
+    cancelled_after: float | None = pydantic.Field(default=7 * DAY, ge=0)
+    flow_rows_after: float = pydantic.Field(default=DAY, ge=0)
+    batch: int = pydantic.Field(default=10_000, ge=1, le=1_000_000)
+
+
+class SweepInput(pydantic.BaseModel):
+    settle_seconds: float = pydantic.Field(default=60.0, ge=0)
+    """Rows finished less than this long ago wait for the next sweep (late commits)."""
+    keep_minutes_days: float = pydantic.Field(default=14.0, ge=1)
+    """Minute buckets older than this many days are folded into day buckets."""
+
+
+async def collect_garbage(db: Database, params: GcInput) -> dict[str, Any]:
+    """Delete finished jobs past retention, in batches, and orphaned flow rows."""
+    deleted = 0
+    async with db.transaction() as conn:
+        if not await db.fetchval("try_lock", f"{db.schema}:gc", conn=conn):
+            return {"skipped": "another GC is running"}
+        while True:
+            rows = await db.fetch(
+                "gc_jobs",
+                params.completed_after,
+                params.dead_after,
+                params.cancelled_after,
+                params.batch,
+                conn=conn,
+            )
+            deleted += len(rows)
+            if len(rows) < params.batch:
+                break
+        flows = await db.fetch("gc_flows", params.flow_rows_after, conn=conn)
+    return {"deleted_jobs": deleted, "deleted_flows": len(flows)}
+
+
+async def sweep_metrics(db: Database, params: SweepInput) -> dict[str, Any]:
+    """Count every finished job exactly once into per-minute buckets, from the watermark up to
+    now minus the settle lag, and advance the watermark in the same transaction."""
+    async with db.transaction() as conn:
+        if not await db.fetchval("try_lock", f"{db.schema}:metrics_sweep", conn=conn):
+            return {"skipped": "another sweep is running"}
+        window = await db.fetchrow("sweep_window", params.settle_seconds, conn=conn)
+        assert window is not None
+        start, end = window["window_from"], window["window_to"]
+        if start is None or end <= start:
+            return {"swept": 0}
+        buckets = await db.fetch("sweep_count", start, end, conn=conn)
+        await db.fetch("sweep_advance", end, conn=conn)
+        folded = await db.fetch("downsample", params.keep_minutes_days * DAY, conn=conn)
+    return {"buckets": len(buckets), "folded_days": len(folded), "until": end.isoformat()}
+
+
+def register_maintenance(registry: Registry, db_of: Any, *, queue: str = MAINTENANCE_QUEUE) -> None:
+    """Register the GC and sweep kinds on ``registry``. ``db_of`` returns the Database to work
+    on (the JobQueue passes itself)."""
+
+    @registry.kind(GC_KIND, input=GcInput, queue=queue, max_attempts=3)
+    async def gc(ctx: JobContext, params: GcInput) -> dict[str, Any]:
+        return await collect_garbage(db_of(), params)
+
+    @registry.kind(SWEEP_KIND, input=SweepInput, queue=queue, max_attempts=3)
+    async def sweep(ctx: JobContext, params: SweepInput) -> dict[str, Any]:
+        return await sweep_metrics(db_of(), params)
+
+
+async def schedule_maintenance(
+    jobs: JobQueue,
+    *,
+    gc_every: float = 3600.0,
+    sweep_every: float = 60.0,
+    gc: GcInput | None = None,
+    sweep: SweepInput | None = None,
+) -> None:
+    """Upsert the schedules that run GC and the metrics sweep."""
+    await jobs.upsert_schedule("pgjobs.gc", GC_KIND, (gc or GcInput()).model_dump(), every=gc_every)
+    await jobs.upsert_schedule(
+        "pgjobs.metrics_sweep", SWEEP_KIND, (sweep or SweepInput()).model_dump(), every=sweep_every
+    )

@@ -1,0 +1,186 @@
+"""Operator actions: cancel, requeue, promote, edit, logs and purge. Each decides in one
+transaction; ids-based actions are scoped to a tenant unless ``any_tenant`` is set."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, TypeVar
+
+import asyncpg
+
+from pgjobs import jsonvalue, options
+from pgjobs.config import notify_channel
+from pgjobs.errors import InvalidOption
+from pgjobs.executor import Connection, Database
+from pgjobs.kinds import Registry
+from pgjobs.models import JobFilter, PurgeResult
+from pgjobs.sql import filters
+
+T = TypeVar("T")
+RunningPolicy = Literal["skip", "cancel"]
+MAX_DEADLOCK_RETRIES = 5
+MAX_LOG_LINE_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    line: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LogPage:
+    lines: list[LogLine]
+    total: int
+
+
+class Operations:
+    """The operator API over one Database; JobQueue exposes these methods."""
+
+    def __init__(self, db: Database, registry: Registry) -> None:
+        self._db = db
+        self._registry = registry
+        self._channel = notify_channel(db.schema)
+
+    async def _in_transaction(self, work: Callable[[Connection], Awaitable[T]]) -> T:
+        """Run ``work`` in a transaction, retrying when PostgreSQL broke a deadlock."""
+        for attempt in range(MAX_DEADLOCK_RETRIES):
+            try:
+                async with self._db.transaction() as conn:
+                    return await work(conn)
+            except asyncpg.DeadlockDetectedError:
+                if attempt == MAX_DEADLOCK_RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _resolve(self, conn: Connection, ids: list[int], *, removed: bool) -> None:
+        if not ids:
+            return
+        rows = await self._db.fetch("resolve_dependents", ids, removed, conn=conn)
+        queues = [row["queue"] for row in rows]
+        if queues:
+            await self._db.fetch("notify_queues", queues, self._channel, conn=conn)
+
+    # -- cancel -----------------------------------------------------------------------------
+
+    async def cancel(
+        self, job_ids: list[int], *, tenant: str | None, any_tenant: bool
+    ) -> list[int]:
+        async def work(conn: Connection) -> list[int]:
+            rows = await self._db.fetch("cancel_jobs", job_ids, tenant, any_tenant, conn=conn)
+            cancelled = [row["id"] for row in rows]
+            await self._resolve(conn, cancelled, removed=False)
+            return cancelled
+
+        return await self._in_transaction(work)
+
+    async def cancel_flow(self, flow_id: int, *, tenant: str | None, any_tenant: bool) -> list[int]:
+        async def work(conn: Connection) -> list[int]:
+            ids = [
+                row["id"]
+                for row in await self._db.fetch(
+                    "flow_job_ids", flow_id, ["pending", "running"], tenant, any_tenant, conn=conn
+                )
+            ]
+            rows = await self._db.fetch("cancel_jobs", ids, tenant, any_tenant, conn=conn)
+            cancelled = [row["id"] for row in rows]
+            await self._resolve(conn, cancelled, removed=False)
+            return cancelled
+
+        return await self._in_transaction(work)
+
+    # -- re-drive ---------------------------------------------------------------------------
+
+    async def requeue(self, where: JobFilter) -> list[int]:
+        sql, params = filters.where(where, first_param=1)
+        statement = self._db.statements["requeue_where"].replace("{where}", sql)
+
+        async def work(conn: Connection) -> list[int]:
+            rows = await conn.fetch(statement, *params)
+            queues = sorted({row["queue"] for row in rows})
+            if queues:
+                await self._db.fetch("notify_queues", queues, self._channel, conn=conn)
+            return [row["id"] for row in rows]
+
+        return await self._in_transaction(work)
+
+    async def promote(self, job_id: int, *, tenant: str | None, any_tenant: bool) -> bool:
+        row = await self._db.fetchrow("promote", job_id, tenant, any_tenant, self._channel)
+        return row is not None
+
+    # -- edits ------------------------------------------------------------------------------
+
+    async def update_payload(
+        self, job_id: int, data: Any, *, tenant: str | None, any_tenant: bool
+    ) -> bool:
+        kind_name = await self._db.fetchval("job_kind", job_id, tenant, any_tenant)
+        if kind_name is None:
+            return False
+        kind = self._registry.get(kind_name)
+        payload = kind.encode(kind.validate(data))
+        return (
+            await self._db.fetchrow("update_payload", job_id, tenant, any_tenant, payload)
+            is not None
+        )
+
+    async def change_priority(
+        self, job_id: int, priority: int, *, tenant: str | None, any_tenant: bool
+    ) -> bool:
+        value = options.priority(priority)
+        return (
+            await self._db.fetchrow("change_priority", job_id, tenant, any_tenant, value)
+            is not None
+        )
+
+    # -- logs -------------------------------------------------------------------------------
+
+    async def append_log(
+        self, job_id: int, line: str, *, keep_last: int | None, tenant: str | None, any_tenant: bool
+    ) -> bool:
+        text = _log_line(line)
+        if keep_last is not None:
+            options.integer("keep_last", keep_last, 1, 1_000_000)
+        added = await self._db.fetchval("append_log", job_id, tenant, any_tenant, text, keep_last)
+        return bool(added)
+
+    async def read_logs(
+        self, job_id: int, *, offset: int, limit: int, tenant: str | None, any_tenant: bool
+    ) -> LogPage:
+        options.integer("offset", offset, 0, 2**31 - 1)
+        options.integer("limit", limit, 1, 10_000)
+        rows = await self._db.fetch("read_logs", job_id, tenant, any_tenant, offset, limit)
+        lines = [LogLine(row["line"], row["created_at"]) for row in rows]
+        return LogPage(lines, rows[0]["total"] if rows else 0)
+
+    # -- purge ------------------------------------------------------------------------------
+
+    async def purge(self, where: JobFilter, running: RunningPolicy) -> PurgeResult:
+        if running not in ("skip", "cancel"):
+            raise InvalidOption("running", f"must be 'skip' or 'cancel', got {running!r}")
+        sql, params = filters.where(where, first_param=2)
+        lock = self._db.statements["purge_lock"].replace("{where}", sql)
+        count_sql, count_params = filters.where(where, first_param=1)
+        count_running = self._db.statements["count_running_where"].replace("{where}", count_sql)
+
+        async def work(conn: Connection) -> PurgeResult:
+            ids = [row["id"] for row in await conn.fetch(lock, running == "cancel", *params)]
+            await self._resolve(conn, ids, removed=True)
+            deleted = await conn.execute(self._db.statements["purge_delete"], ids)
+            # Counted after the cascades: a running row this purge cancelled is not "skipped".
+            skipped = (
+                0 if running == "cancel" else await conn.fetchval(count_running, *count_params)
+            )
+            return PurgeResult(int(deleted.split()[-1]), int(skipped))
+
+        return await self._in_transaction(work)
+
+
+def _log_line(line: Any) -> str:
+    if not isinstance(line, str):
+        raise InvalidOption("line", f"must be a string, got {type(line).__name__}")
+    text = jsonvalue.strip_nul(line)
+    if len(text.encode("utf-8", "replace")) > MAX_LOG_LINE_BYTES:
+        raise InvalidOption("line", f"must be at most {MAX_LOG_LINE_BYTES} bytes")
+    return text

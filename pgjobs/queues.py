@@ -1,0 +1,100 @@
+"""Queue settings: pause, a fleet-wide rate limit and concurrency caps, enforced in the claim."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pgjobs import options
+from pgjobs.config import notify_channel
+from pgjobs.errors import InvalidOption
+from pgjobs.executor import Database
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    queue: str
+    paused: bool = False
+    concurrency: int | None = None
+    group_concurrency: int | None = None
+    rate_limit: int | None = None
+    rate_period: float | None = None
+    limited_until: datetime | None = None
+
+
+def _cap(option: str, value: Any) -> int | None:
+    return None if value is None else options.integer(option, value, 1, 1_000_000)
+
+
+class QueueControl:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._channel = notify_channel(db.schema)
+
+    async def _set(self, queue: str, fields: list[str], **values: Any) -> None:
+        await self._db.fetchrow(
+            "upsert_queue_setting",
+            options.queue(queue),
+            fields,
+            values.get("paused"),
+            values.get("concurrency"),
+            values.get("group_concurrency"),
+            values.get("rate_limit"),
+            values.get("rate_period"),
+            values.get("limited_until"),
+            self._channel,
+        )
+
+    async def pause(self, queue: str) -> None:
+        await self._set(queue, ["paused"], paused=True)
+
+    async def resume(self, queue: str) -> None:
+        await self._set(queue, ["paused"], paused=False)
+
+    async def set_concurrency(self, queue: str, limit: int | None) -> None:
+        await self._set(queue, ["concurrency"], concurrency=_cap("concurrency", limit))
+
+    async def set_group_concurrency(self, queue: str, limit: int | None) -> None:
+        await self._set(
+            queue, ["group_concurrency"], group_concurrency=_cap("group_concurrency", limit)
+        )
+
+    async def set_rate_limit(
+        self, queue: str, max_jobs: int | None, per_seconds: float | None = None
+    ) -> None:
+        if max_jobs is None:
+            await self._set(queue, ["rate"])
+            return
+        options.integer("max_jobs", max_jobs, 1, 1_000_000_000)
+        if (
+            isinstance(per_seconds, bool)
+            or not isinstance(per_seconds, int | float)
+            or not math.isfinite(per_seconds)
+            or not 0 < per_seconds <= 366 * 86400
+        ):
+            raise InvalidOption(
+                "per_seconds", f"must be a number of seconds in (0, 1 year], got {per_seconds!r}"
+            )
+        await self._set(queue, ["rate"], rate_limit=max_jobs, rate_period=float(per_seconds))
+
+    async def limit_for(self, queue: str, seconds: float) -> None:
+        """Hand out nothing from ``queue`` for ``seconds`` (BullMQ's ``rateLimit(ms)``)."""
+        delay = options.delay_seconds(seconds, "seconds")
+        await self._db.fetchval("limit_queue_for", options.queue(queue), delay)
+
+    async def settings(self, queue: str) -> QueueSettings:
+        rows = await self._db.fetch("queue_settings", [options.queue(queue)])
+        if not rows:
+            return QueueSettings(queue)
+        row = rows[0]
+        return QueueSettings(
+            queue=row["queue"],
+            paused=row["paused"],
+            concurrency=row["concurrency"],
+            group_concurrency=row["group_concurrency"],
+            rate_limit=row["rate_limit"],
+            rate_period=row["rate_period"],
+            limited_until=row["limited_until"],
+        )

@@ -1,0 +1,78 @@
+-- Flows: a DAG of jobs submitted together. Nodes are inserted by enqueue_many (with flow_id and
+-- pending_deps set); these statements add the flow row, the edges, and the re-drives.
+
+-- name: insert_flow
+INSERT INTO {schema}.flows (name, metadata, tenant) VALUES ($1, $2::text::jsonb, $3) RETURNING id;
+
+-- name: insert_edges
+INSERT INTO {schema}.job_edges (prerequisite_id, dependent_id, policy)
+SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[]);
+
+-- name: lock_flow
+-- Every job of flow $1 (tenant-scoped), locked in id order: nothing can claim or finish them
+-- until the re-drive commits.
+SELECT id, status FROM {schema}.jobs
+WHERE flow_id = $1 AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text)
+ORDER BY id
+FOR UPDATE;
+
+-- name: requeue_flow
+-- In place: dead and cancelled nodes back to pending with fresh budgets; every edge reopened
+-- unless its prerequisite completed; pending_deps recomputed; completed nodes kept as they are.
+WITH redriven AS (
+    UPDATE {schema}.jobs j
+    SET status = 'pending', attempts = 0, deferrals = 0, run_at = now(), finished_at = NULL,
+        lock_token = NULL, locked_until = NULL
+    WHERE j.flow_id = $1 AND j.status IN ('dead', 'cancelled')
+    RETURNING j.id, j.queue
+),
+edges AS (
+    UPDATE {schema}.job_edges e
+    SET state = CASE WHEN p.status = 'completed' THEN 'satisfied' ELSE 'open' END,
+        failure = CASE WHEN p.status = 'completed' THEN e.failure END
+    FROM {schema}.jobs p, {schema}.jobs d
+    WHERE p.id = e.prerequisite_id AND d.id = e.dependent_id AND d.flow_id = $1
+      AND (p.id IN (SELECT id FROM redriven) OR d.id IN (SELECT id FROM redriven))
+)
+SELECT id, queue FROM redriven;
+
+-- name: recount_flow_deps
+UPDATE {schema}.jobs d
+SET pending_deps = (SELECT count(*) FROM {schema}.job_edges e
+                    WHERE e.dependent_id = d.id AND e.state IN ('open', 'blocked'))
+WHERE d.flow_id = $1 AND d.status = 'pending';
+
+-- name: rerun_flow
+-- Clone flow $1 under new flow $2: every node pending again with its priority and budgets,
+-- every edge with its policy. Job keys are not copied (they name the original jobs).
+WITH src AS MATERIALIZED (
+    SELECT j.*, nextval('{schema}.jobs_id_seq') AS new_id
+    FROM {schema}.jobs j WHERE j.flow_id = $1 ORDER BY j.id
+),
+cloned AS (
+    INSERT INTO {schema}.jobs (id, queue, kind, name, payload, priority, max_attempts,
+                               max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
+                               retention, flow_id, pending_deps)
+    SELECT s.new_id, s.queue, s.kind, s.name, s.payload, s.priority, s.max_attempts,
+           s.max_deferrals, s.backoff, s.dedup_key, s.group_key, s.tenant, s.metadata,
+           s.retention, $2,
+           (SELECT count(*) FROM {schema}.job_edges e WHERE e.dependent_id = s.id)
+    FROM src s ORDER BY s.id
+    RETURNING id, queue
+),
+edges AS (
+    INSERT INTO {schema}.job_edges (prerequisite_id, dependent_id, policy)
+    SELECT p.new_id, d.new_id, e.policy
+    FROM {schema}.job_edges e JOIN src p ON p.id = e.prerequisite_id JOIN src d ON d.id = e.dependent_id
+)
+SELECT src.id AS old_id, src.new_id, src.queue FROM src;
+
+-- name: clone_flow_row
+-- The flow row of a rerun: same name and metadata when $1 had a row.
+INSERT INTO {schema}.flows (name, metadata, tenant)
+SELECT f.name, f.metadata, f.tenant FROM (SELECT 1) one
+LEFT JOIN {schema}.flows f ON f.id = $1
+RETURNING id;
+
+-- name: flow_exists
+SELECT EXISTS (SELECT FROM {schema}.jobs WHERE flow_id = $1 AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text));

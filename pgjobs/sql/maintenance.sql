@@ -1,0 +1,87 @@
+-- Maintenance run as ordinary jobs (pgjobs.maintenance): GC and the metrics sweep. Each takes
+-- a transaction-scoped advisory lock so that one instance runs at a time fleet-wide.
+
+-- name: try_lock
+SELECT pg_try_advisory_xact_lock(hashtextextended($1::text, 0));
+
+-- name: gc_jobs
+-- Delete up to $4 finished jobs that their own retention rule ({"count", "age"} per status) or
+-- the global policy ($1/$2/$3: seconds to keep completed/dead/cancelled; NULL keeps) lets go.
+-- Never a job a pending or running dependent still reads, and never one the metrics sweep has
+-- not counted yet (metrics outlive GC).
+WITH finished AS (
+    SELECT j.id, j.status, j.finished_at, j.retention -> j.status AS rule,
+           row_number() OVER (PARTITION BY j.queue, j.status
+                              ORDER BY j.finished_at DESC, j.id DESC) AS newest_rank
+    FROM {schema}.jobs j
+    WHERE j.finished_at IS NOT NULL AND j.status IN ('completed', 'dead', 'cancelled')
+),
+doomed AS (
+    SELECT f.id FROM finished f
+    WHERE (
+            (f.rule ? 'count' AND f.newest_rank > (f.rule ->> 'count')::int)
+         OR (f.rule ? 'age' AND f.finished_at < now() - make_interval(secs => (f.rule ->> 'age')::float8))
+         OR (f.status = 'completed' AND $1::float8 IS NOT NULL AND f.finished_at < now() - make_interval(secs => $1))
+         OR (f.status = 'dead' AND $2::float8 IS NOT NULL AND f.finished_at < now() - make_interval(secs => $2))
+         OR (f.status = 'cancelled' AND $3::float8 IS NOT NULL AND f.finished_at < now() - make_interval(secs => $3))
+          )
+      AND NOT EXISTS (SELECT FROM {schema}.job_edges e JOIN {schema}.jobs d ON d.id = e.dependent_id
+                      WHERE e.prerequisite_id = f.id AND d.status IN ('pending', 'running'))
+      AND f.finished_at < coalesce((SELECT swept_until FROM {schema}.metrics_watermark), 'infinity')
+    ORDER BY f.id
+    LIMIT $4
+)
+DELETE FROM {schema}.jobs j USING doomed WHERE j.id = doomed.id
+RETURNING j.id;
+
+-- name: gc_flows
+-- Flow rows whose jobs are all gone, created more than $1 seconds ago.
+DELETE FROM {schema}.flows f
+WHERE f.created_at < now() - make_interval(secs => $1::float8)
+  AND NOT EXISTS (SELECT FROM {schema}.jobs j WHERE j.flow_id = f.id)
+RETURNING f.id;
+
+-- name: sweep_window
+-- The next half-open window [from, to) to count: from the watermark (first run: the oldest
+-- finished job) up to now minus the settle lag $1, so late commits land before their window.
+SELECT coalesce((SELECT swept_until FROM {schema}.metrics_watermark),
+                (SELECT date_trunc('minute', min(finished_at)) FROM {schema}.jobs
+                 WHERE finished_at IS NOT NULL)) AS window_from,
+       now() - make_interval(secs => $1::float8) AS window_to;
+
+-- name: sweep_count
+-- Add the finished jobs of [$1, $2) to their minute buckets; each row is in exactly one window.
+INSERT INTO {schema}.metrics_rollup AS m (granularity, queue, bucket, completed, dead, cancelled)
+SELECT 'minute', j.queue, date_trunc('minute', j.finished_at),
+       count(*) FILTER (WHERE j.status = 'completed'),
+       count(*) FILTER (WHERE j.status = 'dead'),
+       count(*) FILTER (WHERE j.status = 'cancelled')
+FROM {schema}.jobs j
+WHERE j.finished_at >= $1 AND j.finished_at < $2 AND j.status IN ('completed', 'dead', 'cancelled')
+GROUP BY 2, 3
+ON CONFLICT (granularity, queue, bucket) DO UPDATE SET
+    completed = m.completed + excluded.completed,
+    dead = m.dead + excluded.dead,
+    cancelled = m.cancelled + excluded.cancelled
+RETURNING m.queue;
+
+-- name: sweep_advance
+INSERT INTO {schema}.metrics_watermark (singleton, swept_until) VALUES (true, $1)
+ON CONFLICT (singleton) DO UPDATE SET swept_until = excluded.swept_until;
+
+-- name: downsample
+-- Fold minute rows of whole days older than $1 seconds into day rows, then drop them.
+WITH old AS (
+    DELETE FROM {schema}.metrics_rollup
+    WHERE granularity = 'minute'
+      AND bucket < date_trunc('day', now() - make_interval(secs => $1::float8))
+    RETURNING queue, bucket, completed, dead, cancelled
+)
+INSERT INTO {schema}.metrics_rollup AS m (granularity, queue, bucket, completed, dead, cancelled)
+SELECT 'day', queue, date_trunc('day', bucket), sum(completed), sum(dead), sum(cancelled)
+FROM old GROUP BY 2, 3
+ON CONFLICT (granularity, queue, bucket) DO UPDATE SET
+    completed = m.completed + excluded.completed,
+    dead = m.dead + excluded.dead,
+    cancelled = m.cancelled + excluded.cancelled
+RETURNING m.bucket;

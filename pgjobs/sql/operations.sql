@@ -1,0 +1,144 @@
+-- Operator actions on jobs: cancel, requeue, promote, edit, logs, purge. Each runs inside one
+-- transaction opened by pgjobs.ops; {where} is a JobFilter rendered by sql/filters.py.
+
+-- name: cancel_jobs
+-- Cancel pending or running jobs ($1 ids) of tenant $2 (or any, $3). A running job's worker
+-- finds its token gone at its next fenced write. Returns the ids cancelled.
+WITH target AS (
+    SELECT id FROM {schema}.jobs
+    WHERE id = ANY($1::bigint[]) AND status IN ('pending', 'running')
+      AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text)
+    ORDER BY id
+    FOR UPDATE
+)
+UPDATE {schema}.jobs j
+SET status = 'cancelled', finished_at = now(), lock_token = NULL, locked_until = NULL
+FROM target WHERE j.id = target.id
+RETURNING j.id;
+
+-- name: flow_job_ids
+-- The jobs of flow $1 in statuses $2, for tenant $3 (or any, $4).
+SELECT id FROM {schema}.jobs
+WHERE flow_id = $1 AND status = ANY($2::text[]) AND ($4::bool OR tenant IS NOT DISTINCT FROM $3::text)
+ORDER BY id;
+
+-- name: resolve_dependents
+-- Apply edge policies for prerequisites that finished ($2 false) or are being removed ($2 true);
+-- returns the queues of dependents that became claimable.
+SELECT DISTINCT d.queue FROM {schema}.jobs d
+WHERE d.id IN (SELECT {schema}.resolve_dependents($1::bigint[], $2::bool));
+
+-- name: notify_queues
+SELECT pg_notify($2, q) FROM unnest($1::text[]) AS q;
+
+-- name: requeue_where
+-- A manual re-drive of finished jobs matching {where}: a new life cycle (attempts and deferrals
+-- reset, due now). A job whose dedup key another in-flight job holds is skipped, and of several
+-- matching jobs sharing a key only the newest is re-driven. Blocked edges it failed stay
+-- counted and are reopened. Returns the re-driven ids and queues.
+WITH target AS (
+    SELECT j.id FROM {schema}.jobs j
+    WHERE {where} AND j.status IN ('dead', 'cancelled', 'completed')
+      AND (j.dedup_key IS NULL OR NOT EXISTS (
+            SELECT FROM {schema}.jobs h
+            WHERE h.queue = j.queue AND h.dedup_key = j.dedup_key
+              AND coalesce(h.tenant, '') = coalesce(j.tenant, '') AND h.status IN ('pending', 'running')))
+    ORDER BY j.id
+    FOR UPDATE
+),
+one_per_key AS (
+    SELECT DISTINCT ON (coalesce(j.dedup_key, j.id::text), j.queue, coalesce(j.tenant, '')) j.id
+    FROM {schema}.jobs j JOIN target t ON t.id = j.id
+    ORDER BY coalesce(j.dedup_key, j.id::text), j.queue, coalesce(j.tenant, ''), j.id DESC
+),
+redriven AS (
+    UPDATE {schema}.jobs j
+    SET status = 'pending', attempts = 0, deferrals = 0, run_at = now(), finished_at = NULL,
+        lock_token = NULL, locked_until = NULL,
+        pending_deps = (SELECT count(*) FROM {schema}.job_edges e
+                        WHERE e.dependent_id = j.id AND e.state IN ('open', 'blocked'))
+    FROM one_per_key o WHERE j.id = o.id
+    RETURNING j.id, j.queue
+),
+reopened AS (
+    UPDATE {schema}.job_edges e SET state = 'open', failure = NULL
+    FROM redriven r WHERE e.prerequisite_id = r.id AND e.state = 'blocked'
+)
+SELECT id, queue FROM redriven;
+
+-- name: promote
+-- Make a delayed pending job due now. Returns its queue when it was delayed.
+UPDATE {schema}.jobs SET run_at = now()
+WHERE id = $1 AND status = 'pending' AND run_at > now()
+  AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text)
+RETURNING queue, pg_notify($4, queue);
+
+-- name: job_kind
+SELECT kind FROM {schema}.jobs WHERE id = $1 AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text);
+
+-- name: update_payload
+UPDATE {schema}.jobs SET payload = $4::text::jsonb
+WHERE id = $1 AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text)
+RETURNING id;
+
+-- name: change_priority
+UPDATE {schema}.jobs SET priority = $4
+WHERE id = $1 AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text)
+RETURNING id;
+
+-- name: append_log
+-- Append a log line to job $1 (tenant-scoped); keep only the newest $5 lines when $5 is set.
+WITH job AS (
+    SELECT id FROM {schema}.jobs
+    WHERE id = $1 AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text)
+),
+added AS (
+    INSERT INTO {schema}.job_logs (job_id, line) SELECT id, $4 FROM job RETURNING job_id, seq
+),
+trimmed AS (
+    -- The line just added is not visible here: keeping the newest $5 - 1 older lines keeps $5.
+    DELETE FROM {schema}.job_logs l
+    WHERE $5::int IS NOT NULL AND l.job_id = $1 AND EXISTS (SELECT FROM added)
+      AND l.seq NOT IN (SELECT seq FROM {schema}.job_logs
+                        WHERE job_id = $1 ORDER BY seq DESC LIMIT greatest($5::int - 1, 0))
+)
+SELECT count(*) FROM added;
+
+-- name: append_log_fenced
+-- Append a log line for a running job, only while lock token $2 still owns it.
+WITH job AS (
+    SELECT id FROM {schema}.jobs WHERE id = $1 AND lock_token = $2 AND status = 'running'
+)
+INSERT INTO {schema}.job_logs (job_id, line) SELECT id, $3 FROM job RETURNING seq;
+
+-- name: read_logs
+-- Log lines of job $1 (tenant-scoped), oldest first, paginated; with the total count.
+SELECT l.line, l.created_at, count(*) OVER () AS total
+FROM {schema}.job_logs l JOIN {schema}.jobs j ON j.id = l.job_id
+WHERE l.job_id = $1 AND ($3::bool OR j.tenant IS NOT DISTINCT FROM $2::text)
+ORDER BY l.seq
+OFFSET $4 LIMIT $5;
+
+-- name: purge_lock
+-- Lock the rows a purge will delete, in id order so that concurrent purges cannot deadlock on
+-- them. Running rows are included only with the cancel policy ($1); otherwise they are not
+-- locked at all, so their workers' completions proceed.
+SELECT j.id FROM {schema}.jobs j
+WHERE {where} AND (j.status <> 'running' OR $1::bool)
+ORDER BY j.id
+FOR UPDATE;
+
+-- name: purge_delete
+DELETE FROM {schema}.jobs WHERE id = ANY($1::bigint[]);
+
+-- name: count_running_where
+SELECT count(*) FROM {schema}.jobs j WHERE {where} AND j.status = 'running';
+
+-- name: prerequisite_results
+-- What a dependent can read of its prerequisites: status, output, and the failure an
+-- ignore/continue/cascade edge recorded.
+SELECT e.prerequisite_id AS id, j.kind, j.name, j.queue, j.status, j.output, e.policy, e.state,
+       e.failure
+FROM {schema}.job_edges e JOIN {schema}.jobs j ON j.id = e.prerequisite_id
+WHERE e.dependent_id = $1
+ORDER BY e.prerequisite_id;

@@ -1,0 +1,32 @@
+-- Queue settings: one row per queue that has any. Enforced inside claim_jobs.
+
+-- name: upsert_queue_setting
+-- Set one group of settings of queue $1 and wake its workers ($10: channel). Columns not named
+-- by $2 keep their value.
+INSERT INTO {schema}.queue_settings AS qs (queue, paused, concurrency, group_concurrency,
+                                           rate_limit, rate_period, limited_until)
+VALUES ($1, coalesce($3, false), $4, $5, $6, $7, $8)
+ON CONFLICT (queue) DO UPDATE SET
+    paused = CASE WHEN 'paused' = ANY($2::text[]) THEN coalesce($3, false) ELSE qs.paused END,
+    concurrency = CASE WHEN 'concurrency' = ANY($2::text[]) THEN $4 ELSE qs.concurrency END,
+    group_concurrency = CASE WHEN 'group_concurrency' = ANY($2::text[]) THEN $5
+                             ELSE qs.group_concurrency END,
+    rate_limit = CASE WHEN 'rate' = ANY($2::text[]) THEN $6 ELSE qs.rate_limit END,
+    rate_period = CASE WHEN 'rate' = ANY($2::text[]) THEN $7 ELSE qs.rate_period END,
+    window_start = CASE WHEN 'rate' = ANY($2::text[]) THEN NULL ELSE qs.window_start END,
+    window_count = CASE WHEN 'rate' = ANY($2::text[]) THEN 0 ELSE qs.window_count END,
+    limited_until = CASE WHEN 'limited_until' = ANY($2::text[]) THEN $8 ELSE qs.limited_until END,
+    updated_at = now()
+RETURNING queue, pg_notify($9, queue);
+
+-- name: limit_queue_for
+-- Hand out nothing from queue $1 for $2 seconds (a manual rate limit).
+INSERT INTO {schema}.queue_settings AS qs (queue, limited_until)
+VALUES ($1, now() + make_interval(secs => $2::float8))
+ON CONFLICT (queue) DO UPDATE SET limited_until = excluded.limited_until, updated_at = now()
+RETURNING limited_until;
+
+-- name: queue_settings
+SELECT queue, paused, concurrency, group_concurrency, rate_limit, rate_period, limited_until,
+       window_start, window_count
+FROM {schema}.queue_settings WHERE queue = ANY($1::text[]) ORDER BY queue;

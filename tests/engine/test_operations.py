@@ -1,0 +1,312 @@
+"""Operations: purge, job keys, cancel, requeue, promote, edits, logs, tenant scoping."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pydantic
+import pytest
+
+from pgjobs import (
+    EdgePolicy,
+    Flow,
+    InvalidJobInput,
+    InvalidOption,
+    JobContext,
+    JobFilter,
+    JobQueue,
+    JobSpec,
+    Keep,
+    Registry,
+    Status,
+)
+from tests.helpers import eventually
+
+
+class Item(pydantic.BaseModel):
+    n: int = 0
+
+
+@pytest.fixture
+def kinds(registry: Registry) -> dict[str, list[int]]:
+    seen: dict[str, list[int]] = {"x": [], "y": []}
+
+    @registry.kind("x", input=Item, max_attempts=1)
+    async def x(ctx: JobContext, item: Item) -> int:
+        seen["x"].append(item.n)
+        return item.n
+
+    @registry.kind("y", input=Item, max_attempts=1)
+    async def y(ctx: JobContext, item: Item) -> int:
+        seen["y"].append(item.n)
+        if item.n < 0:
+            raise ValueError("negative")
+        return item.n
+
+    return seen
+
+
+async def statuses(jobs: JobQueue) -> list[tuple[int, str]]:
+    rows = await jobs.db.pool.fetch(f"SELECT id, status FROM {jobs.schema}.jobs ORDER BY id")
+    return [(r["id"], r["status"]) for r in rows]
+
+
+async def remaining_ids(jobs: JobQueue) -> set[int]:
+    return {i for i, _ in await statuses(jobs)}
+
+
+async def populate(jobs: JobQueue) -> dict[str, int]:
+    ids = {}
+    ids["a_x"] = (await jobs.enqueue("x", {"n": 1}, queue="a")).id
+    ids["a_y"] = (await jobs.enqueue("y", {"n": 2}, queue="a")).id
+    ids["b_x"] = (await jobs.enqueue("x", {"n": 3}, queue="b")).id
+    ids["b_y_dead"] = (await jobs.enqueue("y", {"n": -1}, queue="b")).id
+    await jobs.worker(queues=["b"]).run(until_drained=True)  # b_x completed, b_y_dead dead
+    flow = Flow()
+    flow.add("f1", "x", {"n": 5}, queue="c")
+    ids["flow_job"] = (await jobs.submit_flow(flow)).job_ids["f1"]
+    return ids
+
+
+@pytest.mark.parametrize(
+    ("where", "gone"),
+    [
+        (JobFilter(queue="a"), {"a_x", "a_y"}),
+        (JobFilter(kind="x"), {"a_x", "b_x", "flow_job"}),
+        (JobFilter(status="dead"), {"b_y_dead"}),
+        (JobFilter(status=("completed", "dead")), {"b_x", "b_y_dead"}),
+        (JobFilter(queue="b", kind="y"), {"b_y_dead"}),
+        (JobFilter(), {"a_x", "a_y", "b_x", "b_y_dead", "flow_job"}),
+    ],
+)
+async def test_purge_by_each_filter_field(
+    jobs: JobQueue, kinds, where: JobFilter, gone: set[str]
+) -> None:
+    ids = await populate(jobs)
+    result = await jobs.purge(where)
+    assert result.deleted == len(gone) and result.skipped_running == 0
+    assert await remaining_ids(jobs) == {ids[k] for k in ids if k not in gone}
+
+
+async def test_purge_by_flow(jobs: JobQueue, kinds) -> None:
+    ids = await populate(jobs)
+    flow_id = (await jobs.get(ids["flow_job"])).flow_id  # type: ignore[union-attr]
+    assert (await jobs.purge(JobFilter(flow_id=flow_id))).deleted == 1
+    assert ids["flow_job"] not in await remaining_ids(jobs)
+
+
+async def test_purge_skip_leaves_running_jobs_and_cancel_removes_them(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @registry.kind("busy", input=Item, queue="q")
+    async def busy(ctx: JobContext, item: Item) -> str:
+        started.set()
+        await release.wait()
+        return "finished late"
+
+    running = await jobs.enqueue("busy", {})
+    waiting = await jobs.enqueue("busy", {"n": 1}, delay=3600)
+    worker = jobs.worker(concurrency=1, lease=60)
+    worker.start()
+    await asyncio.wait_for(started.wait(), 20)
+
+    skipped = await jobs.purge(JobFilter(queue="q"), running="skip")
+    assert (skipped.deleted, skipped.skipped_running) == (1, 1)
+    assert await remaining_ids(jobs) == {running.id}
+    assert waiting.id not in await remaining_ids(jobs)
+
+    cancelled = await jobs.purge(JobFilter(queue="q"), running="cancel")
+    assert (cancelled.deleted, cancelled.skipped_running) == (1, 0)
+    release.set()
+
+    async def completion_refused() -> bool:
+        return worker.stats.lost == 1
+
+    await eventually(completion_refused)
+    await worker.stop()
+    assert await remaining_ids(jobs) == set()
+    assert worker.stats.completed == 0
+
+
+async def test_purging_a_prerequisite_releases_or_cascades_its_dependents(
+    jobs: JobQueue, kinds
+) -> None:
+    flow = Flow()
+    flow.add("pre", "x", {"n": 0}, delay=3600)
+    for policy in EdgePolicy:
+        flow.add(str(policy), "x", {"n": 1})
+        flow.edge("pre", str(policy), policy)
+    submitted = await jobs.submit_flow(flow)
+    result = await jobs.purge(JobFilter(ids=(submitted.job_ids["pre"],)))
+    assert result.deleted == 1
+    rows = {name: await jobs.get(submitted.job_ids[name]) for name in map(str, EdgePolicy)}
+    assert rows["cascade"].status is Status.CANCELLED  # type: ignore[union-attr]
+    for name in ("block", "ignore", "continue"):
+        row = rows[name]
+        assert row is not None and row.status is Status.PENDING and row.pending_deps == 0, name
+    await jobs.worker().run(until_drained=True)
+    assert sorted(kinds["x"]) == [1, 1, 1]
+
+
+async def test_purge_keeps_dependents_outside_the_filter_consistent(jobs: JobQueue, kinds) -> None:
+    flow = Flow()
+    flow.add("pre", "x", {"n": 0}, queue="purged", delay=3600)
+    flow.add("dep", "x", {"n": 1}, queue="kept")
+    flow.edge("pre", "dep")
+    submitted = await jobs.submit_flow(flow)
+    await jobs.purge(JobFilter(queue="purged"))
+    dep = await jobs.get(submitted.job_ids["dep"])
+    assert dep is not None and dep.pending_deps == 0
+    assert await jobs.db.pool.fetchval(f"SELECT count(*) FROM {jobs.schema}.job_edges") == 0
+
+
+async def test_two_concurrent_purges_do_not_deadlock(jobs: JobQueue, kinds) -> None:
+    for round_ in range(3):
+        specs = [
+            JobSpec("x" if i % 2 else "y", {"n": i}, queue="a" if i % 3 else "b", delay=3600)
+            for i in range(600)
+        ]
+        await jobs.enqueue_many(specs)
+        results = await asyncio.gather(
+            jobs.purge(JobFilter(queue="a")),
+            jobs.purge(JobFilter(kind="x")),
+            jobs.purge(JobFilter(queue="b", kind="y")),
+        )
+        assert sum(r.deleted for r in results) == 600, round_
+        assert await remaining_ids(jobs) == set()
+
+
+async def test_job_key_returns_the_existing_job_over_every_status(jobs: JobQueue, kinds) -> None:
+    first = await jobs.enqueue("x", {"n": 1}, job_key="order:17/a b")
+    again = await jobs.enqueue("x", {"n": 2}, job_key="order:17/a b")
+    assert again.id == first.id and again.duplicate
+    await jobs.worker().run(until_drained=True)
+    after = await jobs.enqueue("x", {"n": 3}, job_key="order:17/a b")
+    assert after.id == first.id and after.duplicate
+    row = await jobs.get(first.id)
+    assert row is not None and row.status is Status.COMPLETED and row.job_key == "order:17/a b"
+    assert kinds["x"] == [1]
+    other_queue = await jobs.enqueue("x", {"n": 4}, job_key="order:17/a b", queue="elsewhere")
+    assert other_queue.id != first.id
+    bulk = await jobs.enqueue_many(
+        [
+            JobSpec("x", {"n": 5}, job_key="order:17/a b"),
+            JobSpec("x", {"n": 6}, job_key="k2"),
+            JobSpec("x", {"n": 7}, job_key="k2"),
+        ]
+    )
+    assert bulk[0].id == first.id and bulk[0].duplicate
+    assert bulk[2].id == bulk[1].id and bulk[2].duplicate
+    await jobs.purge(JobFilter(ids=(first.id,)))
+    reborn = await jobs.enqueue("x", {"n": 8}, job_key="order:17/a b")
+    assert reborn.id != first.id and not reborn.duplicate
+
+
+async def test_cancel_pending_and_running(jobs: JobQueue, registry: Registry) -> None:
+    started, stopped = asyncio.Event(), asyncio.Event()
+
+    @registry.kind("long", input=Item)
+    async def long(ctx: JobContext, item: Item) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            stopped.set()
+
+    pending = await jobs.enqueue("long", {}, delay=3600)
+    running = await jobs.enqueue("long", {})
+    worker = jobs.worker(concurrency=1, lease=1.5, heartbeat_interval=0.1)
+    worker.start()
+    await asyncio.wait_for(started.wait(), 20)
+    assert await jobs.cancel(pending.id)
+    assert await jobs.cancel(running.id)
+    await asyncio.wait_for(stopped.wait(), 20)  # the worker learnt it at its next heartbeat
+    await worker.stop()
+    assert not await jobs.cancel(running.id)  # already terminal
+    for job in (pending, running):
+        row = await jobs.get(job.id)
+        assert row is not None and row.status is Status.CANCELLED and row.finished_at is not None
+    assert worker.stats.lost == 1
+
+
+async def test_requeue_and_requeue_dead_start_a_new_life(jobs: JobQueue, kinds) -> None:
+    dead = [(await jobs.enqueue("y", {"n": -i}, queue="r")).id for i in (1, 2)]
+    await jobs.worker(queues=["r"]).run(until_drained=True)
+    assert [s for _, s in await statuses(jobs)] == ["dead", "dead"]
+    assert await jobs.requeue(dead[0])
+    row = await jobs.get(dead[0])
+    assert row is not None and (row.status, row.attempts, row.deferrals) == (Status.PENDING, 0, 0)
+    assert row.finished_at is None and row.last_error is not None  # the history stays readable
+    assert await jobs.requeue_dead(JobFilter(queue="r")) == [dead[1]]
+    assert not await jobs.requeue(10**9)
+
+
+async def test_requeue_skips_a_dead_job_whose_dedup_key_is_held(jobs: JobQueue, kinds) -> None:
+    dead = await jobs.enqueue("y", {"n": -1}, dedup_key="k")
+    await jobs.worker().run(until_drained=True)
+    holder = await jobs.enqueue("y", {"n": 5}, dedup_key="k", delay=3600)
+    assert not holder.duplicate
+    assert not await jobs.requeue(dead.id)
+    row = await jobs.get(dead.id)
+    assert row is not None and row.status is Status.DEAD
+
+
+async def test_promote_update_payload_change_priority(jobs: JobQueue, kinds) -> None:
+    job = await jobs.enqueue("x", {"n": 1}, delay=3600)
+    assert await jobs.update_payload(job.id, {"n": 42})
+    with pytest.raises(InvalidJobInput):
+        await jobs.update_payload(job.id, {"n": "many"})
+    assert await jobs.change_priority(job.id, 7)
+    with pytest.raises(InvalidOption):
+        await jobs.change_priority(job.id, 10**15)
+    assert await jobs.promote(job.id)
+    assert not await jobs.promote(job.id)  # already due
+    await jobs.worker().run(until_drained=True)
+    row = await jobs.get(job.id)
+    assert row is not None and row.output == 42 and row.priority == 7
+
+
+async def test_logs_append_trim_read_and_fence(jobs: JobQueue, registry: Registry) -> None:
+    logged: list[bool] = []
+
+    @registry.kind("chatty", input=Item)
+    async def chatty(ctx: JobContext, item: Item) -> None:
+        for i in range(3):
+            logged.append(await ctx.log(f"step {i}\x00"))
+
+    result = await jobs.enqueue("chatty", {})
+    await jobs.worker().run(until_drained=True)
+    for i in range(3, 8):
+        assert await jobs.append_log(result.id, f"line {i}", keep_last=4)
+    page = await jobs.read_logs(result.id, offset=1, limit=2)
+    assert page.total == 4 and [line.line for line in page.lines] == ["line 5", "line 6"]
+    everything = await jobs.read_logs(result.id)
+    assert [line.line for line in everything.lines] == ["line 4", "line 5", "line 6", "line 7"]
+    assert logged == [True, True, True]
+    assert not await jobs.append_log(10**9, "nobody")
+
+
+async def test_ids_based_operations_are_tenant_scoped(jobs: JobQueue, kinds) -> None:
+    theirs = await jobs.enqueue("x", {"n": 1}, tenant="org-b", delay=3600)
+    assert not await jobs.cancel(theirs.id, tenant="org-a")
+    assert not await jobs.cancel(theirs.id)
+    assert not await jobs.promote(theirs.id, tenant="org-a")
+    assert not await jobs.update_payload(theirs.id, {"n": 2}, tenant="org-a")
+    assert not await jobs.append_log(theirs.id, "x", tenant="org-a")
+    assert (await jobs.read_logs(theirs.id, tenant="org-a")).total == 0
+    assert (await jobs.purge(JobFilter(tenant="org-a"))).deleted == 0
+    row = await jobs.get(theirs.id, tenant="org-b")
+    assert row is not None and row.status is Status.PENDING and row.payload == {"n": 1}
+    assert await jobs.cancel(theirs.id, tenant="org-b")
+
+
+async def test_retention_remove_at_once_on_completion(jobs: JobQueue, kinds) -> None:
+    gone = await jobs.enqueue("x", {"n": 1}, keep_completed=Keep(count=0))
+    kept = await jobs.enqueue("x", {"n": 2}, keep_completed=Keep(count=10))
+    dead_removed = await jobs.enqueue("y", {"n": -1}, keep_dead=Keep(count=0))
+    await jobs.worker().run(until_drained=True)
+    assert await jobs.get(gone.id) is None
+    assert await jobs.get(dead_removed.id) is None
+    assert await jobs.get(kept.id) is not None

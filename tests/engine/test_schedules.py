@@ -1,0 +1,176 @@
+"""Schedules: cron and intervals, typed, exactly one job per tick with concurrent schedulers."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pydantic
+import pytest
+
+from pgjobs import InvalidJobInput, InvalidOption, JobQueue, Registry, UnknownKind
+from pgjobs.schedules import next_tick
+from tests.helpers import eventually
+
+
+class Report(pydantic.BaseModel):
+    account: int
+
+
+@pytest.fixture
+def report(registry: Registry) -> None:
+    registry.declare(
+        "report", input=Report, queue="reports", job_name=lambda r: f"report-{r.account}"
+    )
+
+
+async def emitted_jobs(jobs: JobQueue) -> list[dict]:
+    rows = await jobs.db.pool.fetch(
+        f"SELECT name, job_key, payload FROM {jobs.schema}.jobs ORDER BY id"
+    )
+    return [dict(r) for r in rows]
+
+
+@pytest.mark.slow
+async def test_cron_with_three_concurrent_schedulers_emits_one_job_per_tick(
+    jobs: JobQueue, report
+) -> None:
+    await jobs.upsert_schedule("every-second", "report", {"account": 7}, cron="* * * * * *")
+    schedulers = [jobs.scheduler(poll_interval=0.05) for _ in range(3)]
+    for scheduler in schedulers:
+        scheduler.start()
+
+    async def four_ticks() -> bool:
+        return len(await emitted_jobs(jobs)) >= 4
+
+    await eventually(four_ticks)
+    for scheduler in schedulers:
+        await scheduler.stop()
+    emitted = await emitted_jobs(jobs)
+    schedule = await jobs.get_schedule("every-second")
+    assert schedule is not None
+    # The counter would run ahead of the jobs if two schedulers emitted one tick (the per-tick
+    # job key would then have swallowed the second job).
+    assert schedule.emitted == len(emitted)
+    ticks = [
+        datetime.fromisoformat(e["job_key"].removeprefix("schedule:every-second:")) for e in emitted
+    ]
+    assert len(set(ticks)) == len(ticks)
+    assert all(b - a == timedelta(seconds=1) for a, b in zip(sorted(ticks), sorted(ticks)[1:], strict=False))
+    assert {e["name"] for e in emitted} == {"report-7"}
+
+
+async def test_interval_schedule_with_limit_and_no_catch_up_burst(jobs: JobQueue, report) -> None:
+    await jobs.upsert_schedule(
+        "limited", "report", {"account": 1}, every=60, limit=2, immediately=True
+    )
+    assert await jobs.emit_due_schedules() == 1
+    assert await jobs.emit_due_schedules() == 0  # next tick is a minute away
+    # Downtime: the schedule missed ten ticks.
+    await jobs.db.pool.execute(
+        f"UPDATE {jobs.schema}.schedules SET next_run_at = now() - interval '10 minutes' WHERE name = 'limited'"
+    )
+    assert await jobs.emit_due_schedules() == 1  # the limit (2) stops it anyway
+    schedule = await jobs.get_schedule("limited")
+    assert schedule is not None and schedule.emitted == 2 and schedule.next_run_at is None
+
+    await jobs.upsert_schedule("steady", "report", {"account": 2}, every=60)
+    await jobs.db.pool.execute(
+        f"UPDATE {jobs.schema}.schedules SET next_run_at = now() - interval '10 minutes' WHERE name = 'steady'"
+    )
+    assert await jobs.emit_due_schedules() == 1  # one job, not ten
+    steady = await jobs.get_schedule("steady")
+    assert steady is not None and steady.next_run_at is not None
+    assert steady.next_run_at > datetime.now(UTC)
+
+
+async def test_catch_up_emits_each_missed_tick_when_asked(jobs: JobQueue, report) -> None:
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
+    await jobs.upsert_schedule("catchy", "report", {"account": 3}, every=60, start_at=start)
+    await jobs.db.pool.execute(
+        f"UPDATE {jobs.schema}.schedules SET next_run_at = $1 WHERE name = 'catchy'", start
+    )
+    emitted = await jobs.emit_due_schedules(catch_up=True)
+    assert emitted in (10, 11)  # every minute from start up to now
+    keys = [e["job_key"] for e in await emitted_jobs(jobs)]
+    assert len(set(keys)) == emitted
+
+
+async def test_time_zones_and_seconds_field() -> None:
+    paris = ZoneInfo("Europe/Paris")
+    after = datetime(2026, 3, 28, 6, 0, tzinfo=UTC)  # the morning before the spring DST change
+    first = next_tick(
+        cron="0 9 * * *", every=None, timezone="Europe/Paris", after=after, start_at=None
+    )
+    second = next_tick(
+        cron="0 9 * * *", every=None, timezone="Europe/Paris", after=first, start_at=None
+    )
+    assert first.astimezone(paris).hour == 9 and second.astimezone(paris).hour == 9
+    assert (first.hour, second.hour) == (8, 7)  # 09:00 CET, then 09:00 CEST
+    tick = next_tick(cron="*/15 * * * * *", every=None, timezone="UTC", after=after, start_at=None)
+    assert tick == after + timedelta(seconds=15)
+    anchored = next_tick(
+        cron=None, every=30, timezone="UTC", after=after + timedelta(seconds=31), start_at=after
+    )
+    assert anchored == after + timedelta(seconds=60)
+
+
+async def test_upsert_validates_everything_and_replaces_by_name(jobs: JobQueue, report) -> None:
+    with pytest.raises(InvalidOption, match="cron"):
+        await jobs.upsert_schedule("bad", "report", {"account": 1}, cron="61 * * * *")
+    with pytest.raises(InvalidOption, match="cron"):
+        await jobs.upsert_schedule("bad", "report", {"account": 1}, cron="* * *")
+    with pytest.raises(InvalidOption, match="timezone"):
+        await jobs.upsert_schedule(
+            "bad", "report", {"account": 1}, cron="0 * * * *", timezone="Mars/Olympus"
+        )
+    with pytest.raises(InvalidOption, match="cron"):
+        await jobs.upsert_schedule("bad", "report", {"account": 1})
+    with pytest.raises(InvalidJobInput):
+        await jobs.upsert_schedule("bad", "report", {"account": "x"}, every=10)
+    with pytest.raises(UnknownKind):
+        await jobs.upsert_schedule("bad", "nope", {}, every=10)
+    with pytest.raises(InvalidOption, match="every"):
+        await jobs.upsert_schedule("bad", "report", {"account": 1}, every=-5)
+    with pytest.raises(InvalidOption, match="lifo"):
+        await jobs.upsert_schedule("bad", "report", {"account": 1}, every=5, lifo=True)
+    assert await jobs.list_schedules() == []
+
+    await jobs.upsert_schedule(
+        "nightly", "report", {"account": 1}, cron="0 3 * * *", timezone="Asia/Tokyo", priority=4
+    )
+    await jobs.upsert_schedule(
+        "nightly", "report", {"account": 2}, cron="30 3 * * *", timezone="Asia/Tokyo", priority=4
+    )
+    [schedule] = await jobs.list_schedules()
+    assert (schedule.input, schedule.cron, schedule.options) == (
+        {"account": 2},
+        "30 3 * * *",
+        {"priority": 4},
+    )
+    assert schedule.next_run_at is not None
+    assert schedule.next_run_at.astimezone(ZoneInfo("Asia/Tokyo")).strftime("%H:%M") == "03:30"
+    assert await jobs.remove_schedule("nightly")
+    assert not await jobs.remove_schedule("nightly")
+
+
+async def test_end_date_finishes_a_schedule(jobs: JobQueue, report) -> None:
+    now = datetime.now(UTC)
+    await jobs.upsert_schedule(
+        "short",
+        "report",
+        {"account": 1},
+        every=3600,
+        immediately=True,
+        end_at=now + timedelta(minutes=30),
+    )
+    assert await jobs.emit_due_schedules() == 1
+    schedule = await jobs.get_schedule("short")
+    assert schedule is not None and schedule.next_run_at is None
+
+
+async def test_scheduler_loop_stops_promptly(jobs: JobQueue, report) -> None:
+    scheduler = jobs.scheduler(poll_interval=30)
+    scheduler.start()
+    await asyncio.wait_for(scheduler.stop(), 5)
