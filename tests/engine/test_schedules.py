@@ -57,7 +57,10 @@ async def test_cron_with_three_concurrent_schedulers_emits_one_job_per_tick(
         datetime.fromisoformat(e["job_key"].removeprefix("schedule:every-second:")) for e in emitted
     ]
     assert len(set(ticks)) == len(ticks)
-    assert all(b - a == timedelta(seconds=1) for a, b in zip(sorted(ticks), sorted(ticks)[1:], strict=False))
+    assert all(
+        b - a == timedelta(seconds=1)
+        for a, b in zip(sorted(ticks), sorted(ticks)[1:], strict=False)
+    )
     assert {e["name"] for e in emitted} == {"report-7"}
 
 
