@@ -301,7 +301,23 @@ class Worker:
     async def _rescue_loop(self) -> None:
         while True:
             try:
-                rows = await self._db.fetch("rescue_stalled", RESCUE_BATCH, self._channel)
+                async with self._db.transaction() as conn:
+                    rows = await self._db.fetch(
+                        "rescue_stalled", RESCUE_BATCH, self._channel, conn=conn
+                    )
+                    # A job that died of its last lease resolves its flow dependents now.
+                    died = [
+                        r["id"] for r in rows if r["status"] == "dead" and r["flow_id"] is not None
+                    ]
+                    if died:
+                        woken = await self._db.fetch("resolve_dependents", died, False, conn=conn)
+                        if woken:
+                            await self._db.fetch(
+                                "notify_queues",
+                                [r["queue"] for r in woken],
+                                self._channel,
+                                conn=conn,
+                            )
                 if rows:
                     self.stats.rescued += len(rows)
                     logger.warning("rescued %d stalled job(s) whose lease had expired", len(rows))

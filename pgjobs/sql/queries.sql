@@ -143,7 +143,7 @@ SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'pending' E
                           j.attempts))
 FROM stalled
 WHERE j.id = stalled.id
-RETURNING j.id, j.status, pg_notify($2, j.queue)::text;
+RETURNING j.id, j.status, j.flow_id, pg_notify($2, j.queue)::text;
 
 -- name: set_progress
 -- Fenced progress write; also a heartbeat. Returns the id when still owned.

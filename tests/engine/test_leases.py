@@ -6,7 +6,7 @@ import asyncio
 
 import pydantic
 
-from pgjobs import JobContext, JobLost, JobQueue, Registry, Status
+from pgjobs import EdgePolicy, Flow, JobContext, JobLost, JobQueue, Registry, Status
 from tests.helpers import eventually
 
 
@@ -208,3 +208,35 @@ async def test_rescue_kills_a_job_on_its_last_attempt(jobs: JobQueue, registry: 
     assert (
         row is not None and row.status is Status.DEAD and row.last_error["type"] == "LeaseExpired"
     )
+
+
+async def test_a_job_killed_by_its_last_lease_resolves_its_dependents(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    started = asyncio.Event()
+
+    @registry.kind("hangs_in_flow", input=Task, max_attempts=1)
+    async def hangs(ctx: JobContext, task: Task) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    registry.declare("after", input=Task)
+    flow = Flow()
+    flow.add("hang", "hangs_in_flow", {})
+    flow.add("after", "after", {})
+    flow.edge("hang", "after", EdgePolicy.CASCADE)
+    submitted = await jobs.submit_flow(flow)
+    first = jobs.worker(concurrency=1, lease=60)
+    first.start()
+    await asyncio.wait_for(started.wait(), 20)
+    await expire_lease(jobs, submitted.job_ids["hang"])
+    rescuer = jobs.worker(concurrency=1, lease=60, rescue_interval=0.05, queues=["elsewhere"])
+    rescuer.start()
+
+    async def cascaded() -> bool:
+        row = await jobs.get(submitted.job_ids["after"])
+        return row is not None and row.status is Status.DEAD
+
+    await eventually(cascaded)
+    await rescuer.stop()
+    await first.stop(timeout=0.1)
