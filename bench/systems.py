@@ -61,7 +61,7 @@ class Engine:
         await self.pool.close()
 
     async def _reset(self) -> None:
-        await self.pool.execute(f"TRUNCATE {self.schema}.jobs")
+        await self.pool.execute(f"TRUNCATE {self.schema}.jobs CASCADE")
 
     async def enqueue_single(self, n: int) -> float:
         await self._reset()
