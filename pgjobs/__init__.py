@@ -22,7 +22,22 @@ from pgjobs.errors import (
 )
 from pgjobs.flows import EdgePolicy, Flow, SubmittedFlow
 from pgjobs.kinds import Kind, Registry
-from pgjobs.models import EnqueueResult, JobFilter, JobRow, Keep, PurgeResult, Status
+from pgjobs.models import (
+    EnqueueResult,
+    FlowEdge,
+    FlowFilter,
+    FlowNode,
+    FlowSummary,
+    FlowView,
+    JobFilter,
+    JobRow,
+    Keep,
+    MetricsBucket,
+    PurgeResult,
+    QueueStats,
+    Status,
+    SubState,
+)
 from pgjobs.outcomes import Delayed, Fatal, Retry
 from pgjobs.queues import QueueSettings
 from pgjobs.schedules import Schedule, Scheduler
@@ -39,8 +54,13 @@ __all__ = [
     "Flow",
     "FlowConflict",
     "FlowCycle",
+    "FlowEdge",
+    "FlowFilter",
+    "FlowNode",
     "FlowNotFound",
     "FlowRunning",
+    "FlowSummary",
+    "FlowView",
     "InvalidFlow",
     "InvalidJobInput",
     "InvalidOption",
@@ -53,15 +73,18 @@ __all__ = [
     "JobSpec",
     "Keep",
     "Kind",
+    "MetricsBucket",
     "PgJobsError",
     "PurgeResult",
     "QueueSettings",
+    "QueueStats",
     "Registry",
     "Retry",
     "Schedule",
     "Scheduler",
     "SchemaMissing",
     "Status",
+    "SubState",
     "SubmittedFlow",
     "UnknownKind",
     "Worker",

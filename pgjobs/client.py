@@ -15,27 +15,23 @@ from pgjobs.executor import Connection, Database
 from pgjobs.flows import Flow, Flows, SubmittedFlow
 from pgjobs.kinds import Kind, Registry
 from pgjobs.maintenance import register_maintenance
-from pgjobs.models import EnqueueResult, JobFilter, JobRow, PurgeResult, Status
+from pgjobs.models import (
+    EnqueueResult,
+    FlowFilter,
+    FlowSummary,
+    FlowView,
+    JobFilter,
+    JobRow,
+    MetricsBucket,
+    PurgeResult,
+    QueueStats,
+    SubState,
+)
 from pgjobs.ops import LogPage, Operations, RunningPolicy
 from pgjobs.queues import QueueControl, QueueSettings
 from pgjobs.schedules import Schedule, Scheduler, Schedules
+from pgjobs.tracking import Granularity, Tracking, job_row
 from pgjobs.worker import Worker
-
-
-def _job_row(record: asyncpg.Record) -> JobRow:
-    values = dict(record)
-    for column in (
-        "payload",
-        "output",
-        "metadata",
-        "progress",
-        "last_error",
-        "backoff",
-        "retention",
-    ):
-        values[column] = jsonvalue.loads(values[column])
-    values["status"] = Status(values["status"])
-    return JobRow(**values)
 
 
 class JobQueue:
@@ -53,6 +49,7 @@ class JobQueue:
         self._flows = Flows(db, self.registry)
         self._queues = QueueControl(db)
         self._schedules = Schedules(db, self.registry)
+        self._tracking = Tracking(db)
 
     @classmethod
     async def connect(
@@ -145,14 +142,14 @@ class JobQueue:
         if isinstance(job_id, bool) or not isinstance(job_id, int):
             return None
         record = await self.db.fetchrow("get_job", job_id, tenant, any_tenant)
-        return None if record is None else _job_row(record)
+        return None if record is None else job_row(record)
 
     async def get_by_dedup_key(
         self, queue: str, dedup_key: str, *, tenant: str | None = None
     ) -> JobRow | None:
         """The pending or running job holding ``dedup_key`` in ``queue`` for ``tenant``."""
         record = await self.db.fetchrow("get_by_dedup_key", queue, dedup_key, tenant)
-        return None if record is None else _job_row(record)
+        return None if record is None else job_row(record)
 
     # -- workers ---------------------------------------------------------------------------
 
@@ -347,6 +344,46 @@ class JobQueue:
     def register_maintenance(self, **options: Any) -> None:
         """Register the built-in GC and metrics-sweep kinds on this queue's registry."""
         register_maintenance(self.registry, lambda: self.db, **options)
+
+    # -- tracking --------------------------------------------------------------------------
+
+    async def substate_counts(self, where: JobFilter | None = None) -> dict[SubState, int]:
+        """How many jobs matching ``where`` are in each sub-state; they add up to the total."""
+        return await self._tracking.substate_counts(where or JobFilter())
+
+    async def list_jobs(
+        self,
+        where: JobFilter | None = None,
+        *,
+        limit: int = 50,
+        offset: int = 0,
+        oldest_first: bool = False,
+    ) -> list[JobRow]:
+        """A page (``limit`` <= 1000) of jobs matching ``where``, newest first by default."""
+        return await self._tracking.list_jobs(
+            where or JobFilter(), limit=limit, offset=offset, oldest_first=oldest_first
+        )
+
+    async def list_flows(
+        self, where: FlowFilter | None = None, *, limit: int = 50, offset: int = 0
+    ) -> list[FlowSummary]:
+        """A page of flow summaries (outcome, times, sub-state counts), newest first."""
+        return await self._tracking.list_flows(where or FlowFilter(), limit=limit, offset=offset)
+
+    async def flow_view(
+        self, flow_id: int, *, tenant: str | None = None, any_tenant: bool = False
+    ) -> FlowView | None:
+        """A flow's summary (identical to its list_flows row) and its light graph, or None."""
+        return await self._tracking.flow_view(flow_id, tenant=tenant, any_tenant=any_tenant)
+
+    async def queue_stats(self) -> list[QueueStats]:
+        return await self._tracking.queue_stats()
+
+    async def queue_metrics(
+        self, queue: str, granularity: Granularity, start: Any, end: Any = None
+    ) -> list[MetricsBucket]:
+        """Finished counts per bucket, zero-filled; see Tracking.queue_metrics."""
+        return await self._tracking.queue_metrics(queue, granularity, start, end)
 
 
 def _fields(where: JobFilter) -> dict[str, Any]:

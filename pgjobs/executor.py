@@ -49,19 +49,32 @@ class Database:
     async def fetch(self, name: str, *args: Any, conn: Any = None) -> list[asyncpg.Record]:
         try:
             return await (conn or self.pool).fetch(self._sql(name), *args)
-        except asyncpg.UndefinedTableError as exc:
+        except (asyncpg.UndefinedTableError, asyncpg.UndefinedFunctionError) as exc:
             raise await self._schema_missing() from exc
 
     async def fetchrow(self, name: str, *args: Any, conn: Any = None) -> asyncpg.Record | None:
         try:
             return await (conn or self.pool).fetchrow(self._sql(name), *args)
-        except asyncpg.UndefinedTableError as exc:
+        except (asyncpg.UndefinedTableError, asyncpg.UndefinedFunctionError) as exc:
             raise await self._schema_missing() from exc
 
     async def fetchval(self, name: str, *args: Any, conn: Any = None) -> Any:
         try:
             return await (conn or self.pool).fetchval(self._sql(name), *args)
-        except asyncpg.UndefinedTableError as exc:
+        except (asyncpg.UndefinedTableError, asyncpg.UndefinedFunctionError) as exc:
+            raise await self._schema_missing() from exc
+
+    async def fetch_sql(
+        self, name: str, parts: dict[str, str], *args: Any, conn: Any = None
+    ) -> list[asyncpg.Record]:
+        """Run a statement with ``{marker}`` parts filled in (only by pgjobs' own builders,
+        which emit column names and bind placeholders, never values)."""
+        statement = self._sql(name)
+        for marker, text in parts.items():
+            statement = statement.replace("{" + marker + "}", text)
+        try:
+            return await (conn or self.pool).fetch(statement, *args)
+        except (asyncpg.UndefinedTableError, asyncpg.UndefinedFunctionError) as exc:
             raise await self._schema_missing() from exc
 
     @asynccontextmanager

@@ -18,6 +18,31 @@ class Status(StrEnum):
     CANCELLED = "cancelled"
 
 
+class SubState(StrEnum):
+    """What dashboards show, derived in SQL from status and columns (never stored). Exactly one
+    applies to every job; waiting_children wins over delayed and retry."""
+
+    WAITING_CHILDREN = "waiting_children"  # pending, some prerequisite not done
+    DELAYED = "delayed"  # pending, due later, never attempted
+    RETRY = "retry"  # pending, due later, attempted before
+    READY = "ready"  # pending, due, no open prerequisite
+    ACTIVE = "active"  # running
+    FAILED = "failed"  # dead
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+
+
+SUB_STATE_STATUS: dict[SubState, Status] = {
+    SubState.WAITING_CHILDREN: Status.PENDING,
+    SubState.DELAYED: Status.PENDING,
+    SubState.RETRY: Status.PENDING,
+    SubState.READY: Status.PENDING,
+    SubState.ACTIVE: Status.RUNNING,
+    SubState.FAILED: Status.DEAD,
+    SubState.COMPLETED: Status.COMPLETED,
+    SubState.CANCELLED: Status.CANCELLED,
+}
+
 IN_FLIGHT = (Status.PENDING, Status.RUNNING)
 TERMINAL = (Status.COMPLETED, Status.DEAD, Status.CANCELLED)
 
@@ -73,6 +98,7 @@ class JobRow:
     heartbeat_at: datetime | None
     job_key: str | None
     retention: Any
+    sub_state: SubState
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +119,8 @@ class JobFilter:
     created_after: datetime | None = None
     created_before: datetime | None = None
     finished_before: datetime | None = None
+    finished_after: datetime | None = None
+    sub_state: SubState | str | tuple[SubState | str, ...] | None = None
     ids: tuple[int, ...] | None = None
 
 
@@ -102,3 +130,78 @@ class PurgeResult:
 
     deleted: int
     skipped_running: int
+
+
+@dataclass(frozen=True, slots=True)
+class FlowFilter:
+    """Which flows ``list_flows`` returns; fields are AND-ed. ``queue`` keeps a flow that has
+    at least one job in that queue (with all its counts)."""
+
+    queue: str | None = None
+    outcome: str | tuple[str, ...] | None = None
+    name_prefix: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    tenant: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlowSummary:
+    id: int
+    name: str | None
+    outcome: str  # running | failed | completed_with_failures | completed
+    created_at: datetime  # of its oldest job
+    finished_at: datetime | None  # of its last job to finish; None while any runs
+    total: int
+    counts: dict[SubState, int]
+
+
+@dataclass(frozen=True, slots=True)
+class FlowNode:
+    id: int
+    name: str
+    kind: str
+    queue: str
+    status: Status
+    sub_state: SubState
+    priority: int
+    attempts: int
+    max_attempts: int
+    pending_deps: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class FlowEdge:
+    prerequisite: int
+    dependent: int
+    policy: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class FlowView:
+    summary: FlowSummary
+    nodes: list[FlowNode]
+    edges: list[FlowEdge]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    queue: str
+    counts: dict[SubState, int]
+    paused: bool
+    concurrency: int | None
+    group_concurrency: int | None
+    rate_limit: int | None
+    rate_period: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsBucket:
+    start: datetime
+    completed: int
+    dead: int
+    cancelled: int

@@ -16,7 +16,7 @@ JOB_COLUMNS = (
     "id, queue, kind, name, payload, output, status, priority, run_at, attempts, max_attempts, "
     "deferrals, max_deferrals, backoff, dedup_key, group_key, flow_id, pending_deps, tenant, "
     "metadata, progress, last_error, created_at, started_at, finished_at, heartbeat_at, job_key, "
-    "retention"
+    "retention, {schema}.sub_state(status, pending_deps, run_at, attempts) AS sub_state"
 )
 
 _HEADER = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)

@@ -45,14 +45,14 @@ RETURNING f.id;
 -- The next half-open window [from, to) to count: from the watermark (first run: the oldest
 -- finished job) up to now minus the settle lag $1, so late commits land before their window.
 SELECT coalesce((SELECT swept_until FROM {schema}.metrics_watermark),
-                (SELECT date_trunc('minute', min(finished_at)) FROM {schema}.jobs
+                (SELECT date_trunc('minute', min(finished_at), 'UTC') FROM {schema}.jobs
                  WHERE finished_at IS NOT NULL)) AS window_from,
        now() - make_interval(secs => $1::float8) AS window_to;
 
 -- name: sweep_count
 -- Add the finished jobs of [$1, $2) to their minute buckets; each row is in exactly one window.
 INSERT INTO {schema}.metrics_rollup AS m (granularity, queue, bucket, completed, dead, cancelled)
-SELECT 'minute', j.queue, date_trunc('minute', j.finished_at),
+SELECT 'minute', j.queue, date_trunc('minute', j.finished_at, 'UTC'),
        count(*) FILTER (WHERE j.status = 'completed'),
        count(*) FILTER (WHERE j.status = 'dead'),
        count(*) FILTER (WHERE j.status = 'cancelled')
@@ -70,15 +70,15 @@ INSERT INTO {schema}.metrics_watermark (singleton, swept_until) VALUES (true, $1
 ON CONFLICT (singleton) DO UPDATE SET swept_until = excluded.swept_until;
 
 -- name: downsample
--- Fold minute rows of whole days older than $1 seconds into day rows, then drop them.
+-- Fold minute rows of whole (UTC) days older than $1 seconds into day rows, then drop them.
 WITH old AS (
     DELETE FROM {schema}.metrics_rollup
     WHERE granularity = 'minute'
-      AND bucket < date_trunc('day', now() - make_interval(secs => $1::float8))
+      AND bucket < date_trunc('day', now() - make_interval(secs => $1::float8), 'UTC')
     RETURNING queue, bucket, completed, dead, cancelled
 )
 INSERT INTO {schema}.metrics_rollup AS m (granularity, queue, bucket, completed, dead, cancelled)
-SELECT 'day', queue, date_trunc('day', bucket), sum(completed), sum(dead), sum(cancelled)
+SELECT 'day', queue, date_trunc('day', bucket, 'UTC'), sum(completed), sum(dead), sum(cancelled)
 FROM old GROUP BY 2, 3
 ON CONFLICT (granularity, queue, bucket) DO UPDATE SET
     completed = m.completed + excluded.completed,

@@ -1,0 +1,126 @@
+-- The tracking (dashboard) API: one query per call, no N+1. {where} is a JobFilter rendered by
+-- sql/filters.py. Sub-states come from the sub_state() function of migration 0003.
+
+-- name: substate_counts
+-- Counts per sub-state of the jobs matching {where}, in two halves that each read their own
+-- partial index: in flight (few rows) and finished (an index-only count where the filter allows).
+SELECT {schema}.sub_state(j.status, j.pending_deps, j.run_at, j.attempts) AS sub_state, count(*) AS n
+FROM {schema}.jobs j
+WHERE j.status IN ('pending', 'running') AND {where}
+GROUP BY 1
+UNION ALL
+SELECT CASE j.status WHEN 'dead' THEN 'failed' ELSE j.status END, count(*)
+FROM {schema}.jobs j
+WHERE j.finished_at IS NOT NULL AND {where}
+GROUP BY j.status;
+
+-- name: list_jobs
+-- A page of jobs matching {where}, newest first ($1 false) or oldest first ($1 true).
+SELECT {job_columns},
+       {schema}.sub_state(j.status, j.pending_deps, j.run_at, j.attempts) AS sub_state
+FROM {schema}.jobs j
+WHERE {where}
+ORDER BY CASE WHEN $1::bool THEN j.id END ASC, CASE WHEN NOT $1::bool THEN j.id END DESC
+OFFSET $2 LIMIT $3;
+
+-- name: queue_stats
+-- Per queue: counts per sub-state, and its settings.
+WITH counts AS (
+    SELECT j.queue, {schema}.sub_state(j.status, j.pending_deps, j.run_at, j.attempts) AS sub_state,
+           count(*) AS n
+    FROM {schema}.jobs j WHERE j.status IN ('pending', 'running')
+    GROUP BY 1, 2
+    UNION ALL
+    SELECT j.queue, CASE j.status WHEN 'dead' THEN 'failed' ELSE j.status END, count(*)
+    FROM {schema}.jobs j WHERE j.finished_at IS NOT NULL
+    GROUP BY 1, j.status
+),
+queues AS (SELECT DISTINCT queue FROM counts UNION SELECT queue FROM {schema}.queue_settings)
+SELECT q.queue, coalesce(jsonb_object_agg(c.sub_state, c.n) FILTER (WHERE c.sub_state IS NOT NULL), '{}') AS counts,
+       coalesce(qs.paused, false) AS paused, qs.concurrency, qs.group_concurrency, qs.rate_limit,
+       qs.rate_period
+FROM queues q
+LEFT JOIN counts c ON c.queue = q.queue
+LEFT JOIN {schema}.queue_settings qs ON qs.queue = q.queue
+GROUP BY q.queue, qs.queue
+ORDER BY q.queue;
+
+-- name: list_flows
+-- A page of flow summaries, newest first. {where} filters the flow (alias f: the summary row,
+-- alias j for EXISTS on its jobs). Flows are every flow row plus flow ids without a row.
+WITH flow_ids AS (
+    SELECT fl.id AS flow_id, fl.name, fl.tenant FROM {schema}.flows fl
+    UNION ALL
+    SELECT DISTINCT o.flow_id, NULL::text, o.tenant FROM {schema}.jobs o
+    WHERE o.flow_id IS NOT NULL AND NOT EXISTS (SELECT FROM {schema}.flows x WHERE x.id = o.flow_id)
+),
+f AS (
+    SELECT i.flow_id, i.name, i.tenant, s.*
+    FROM flow_ids i CROSS JOIN LATERAL {schema}.flow_stats(i.flow_id) s
+    WHERE s.total > 0
+)
+SELECT f.* FROM f
+WHERE {where}
+ORDER BY f.created_at DESC, f.flow_id DESC
+OFFSET $1 LIMIT $2;
+
+-- name: flow_summary
+SELECT i.flow_id, fl.name, s.*
+FROM (SELECT $1::bigint AS flow_id) i
+LEFT JOIN {schema}.flows fl ON fl.id = i.flow_id
+CROSS JOIN LATERAL {schema}.flow_stats(i.flow_id) s
+WHERE s.total > 0
+  AND ($3::bool OR NOT EXISTS (SELECT FROM {schema}.jobs j
+                               WHERE j.flow_id = i.flow_id AND j.tenant IS DISTINCT FROM $2::text));
+
+-- name: flow_graph_nodes
+-- Light nodes: no payload, no output, so a 1,000-node flow stays small.
+SELECT j.id, j.name, j.kind, j.queue, j.status, j.priority, j.attempts, j.max_attempts,
+       j.pending_deps, j.created_at, j.started_at, j.finished_at,
+       {schema}.sub_state(j.status, j.pending_deps, j.run_at, j.attempts) AS sub_state
+FROM {schema}.jobs j WHERE j.flow_id = $1 ORDER BY j.id;
+
+-- name: flow_graph_edges
+SELECT e.prerequisite_id, e.dependent_id, e.policy, e.state
+FROM {schema}.job_edges e JOIN {schema}.jobs d ON d.id = e.dependent_id
+WHERE d.flow_id = $1
+ORDER BY e.prerequisite_id, e.dependent_id;
+
+-- name: queue_metrics
+-- Finished counts of queue $1 per $2 bucket ('minute' | 'hour' | 'day', UTC) over [$3, $4),
+-- zero-filled: the rollup for rows finished before the sweep's watermark, a live count for the
+-- rows after it. Each row is on exactly one side of the watermark: no double count, no hole.
+WITH watermark AS (
+    SELECT coalesce((SELECT swept_until FROM {schema}.metrics_watermark), '-infinity'::timestamptz) AS t
+),
+buckets AS (
+    SELECT generate_series(date_trunc($2, $3::timestamptz, 'UTC'),
+                           $4::timestamptz - interval '1 microsecond',
+                           ('1 ' || $2)::interval) AS bucket
+),
+rolled AS (
+    SELECT date_trunc($2, m.bucket, 'UTC') AS bucket, sum(m.completed) AS completed,
+           sum(m.dead) AS dead, sum(m.cancelled) AS cancelled
+    FROM {schema}.metrics_rollup m
+    WHERE m.queue = $1 AND m.bucket >= date_trunc($2, $3::timestamptz, 'UTC') AND m.bucket < $4
+    GROUP BY 1
+),
+live AS (
+    SELECT date_trunc($2, j.finished_at, 'UTC') AS bucket,
+           count(*) FILTER (WHERE j.status = 'completed') AS completed,
+           count(*) FILTER (WHERE j.status = 'dead') AS dead,
+           count(*) FILTER (WHERE j.status = 'cancelled') AS cancelled
+    FROM {schema}.jobs j
+    WHERE j.queue = $1 AND j.finished_at IS NOT NULL
+      AND j.finished_at >= greatest((SELECT t FROM watermark), date_trunc($2, $3::timestamptz, 'UTC'))
+      AND j.finished_at < $4
+    GROUP BY 1
+)
+SELECT b.bucket,
+       (coalesce(r.completed, 0) + coalesce(l.completed, 0))::bigint AS completed,
+       (coalesce(r.dead, 0) + coalesce(l.dead, 0))::bigint AS dead,
+       (coalesce(r.cancelled, 0) + coalesce(l.cancelled, 0))::bigint AS cancelled
+FROM buckets b
+LEFT JOIN rolled r ON r.bucket = b.bucket
+LEFT JOIN live l ON l.bucket = b.bucket
+ORDER BY b.bucket;
