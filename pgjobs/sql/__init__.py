@@ -27,6 +27,7 @@ _FILES = (
     "queues.sql",
     "schedules.sql",
     "maintenance.sql",
+    "tracking.sql",
 )
 
 

@@ -1,0 +1,376 @@
+"""The tracking API: sub-states partition every job, filters, flow summaries, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import pydantic
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pgjobs import (
+    EdgePolicy,
+    Flow,
+    FlowFilter,
+    InvalidOption,
+    JobContext,
+    JobFilter,
+    JobQueue,
+    JobSpec,
+    Registry,
+    Status,
+    SubState,
+)
+from pgjobs.maintenance import GcInput, SweepInput, collect_garbage, sweep_metrics
+from tests.factories import insert_job
+
+NOW = datetime.now(UTC)
+PAST = NOW - timedelta(hours=1)
+FUTURE = NOW + timedelta(hours=1)
+
+
+def expected_sub_state(status: str, deps: int, future: bool, attempts: int) -> SubState:
+    if status == "pending":
+        if deps:
+            return SubState.WAITING_CHILDREN
+        if future:
+            return SubState.DELAYED if attempts == 0 else SubState.RETRY
+        return SubState.READY
+    if status == "running":
+        return SubState.ACTIVE
+    return SubState.FAILED if status == "dead" else SubState(status)
+
+
+job_state = st.tuples(
+    st.sampled_from(["pending", "running", "completed", "dead", "cancelled"]),
+    st.integers(0, 2),  # pending_deps
+    st.booleans(),  # run_at in the future
+    st.integers(0, 3),  # attempts
+    st.sampled_from(["q1", "q2"]),
+)
+
+
+@pytest.fixture(scope="module")
+def partition_schema(pg_dsn: str):
+    schema = f"t_prop_{uuid.uuid4().hex[:8]}"
+
+    async def setup() -> None:
+        jobs = await JobQueue.connect(pg_dsn, schema=schema, min_size=1, max_size=2)
+        await jobs.migrate()
+        await jobs.close()
+
+    asyncio.run(setup())
+    yield schema
+
+    async def drop() -> None:
+        conn = await asyncpg.connect(pg_dsn)
+        await conn.execute(f"DROP SCHEMA {schema} CASCADE")
+        await conn.close()
+
+    asyncio.run(drop())
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(population=st.lists(job_state, max_size=40))
+def test_sub_states_partition_every_population(
+    pg_dsn: str, partition_schema: str, population
+) -> None:
+    async def check() -> None:
+        jobs = await JobQueue.connect(pg_dsn, schema=partition_schema, min_size=1, max_size=2)
+        try:
+            await jobs.db.pool.execute(f"TRUNCATE {partition_schema}.jobs CASCADE")
+            expected: dict[int, SubState] = {}
+            for status, deps, future, attempts, queue in population:
+                deps = deps if status == "pending" else 0
+                job_id = await insert_job(
+                    jobs.db.pool,
+                    partition_schema,
+                    queue=queue,
+                    status=status,
+                    pending_deps=deps,
+                    run_at=FUTURE if future else PAST,
+                    attempts=attempts,
+                )
+                expected[job_id] = expected_sub_state(status, deps, future, attempts)
+            for where in (JobFilter(), JobFilter(queue="q1")):
+                counts = await jobs.substate_counts(where)
+                subset = {
+                    i: s
+                    for i, s in expected.items()
+                    if where.queue is None
+                    or (await jobs.get(i, any_tenant=True)).queue == where.queue
+                }  # type: ignore[union-attr]
+                assert sum(counts.values()) == len(subset)
+                for state in SubState:
+                    assert counts[state] == sum(1 for s in subset.values() if s is state), state
+            seen: dict[int, SubState] = {}
+            for state in SubState:
+                for row in await jobs.list_jobs(JobFilter(sub_state=state), limit=1000):
+                    assert row.id not in seen  # mutually exclusive
+                    assert row.sub_state is state
+                    seen[row.id] = state
+            assert seen == expected  # and together they cover every job
+        finally:
+            await jobs.close()
+
+    asyncio.run(check())
+
+
+async def test_waiting_children_wins_over_delayed_and_retry(jobs: JobQueue) -> None:
+    schema = jobs.schema
+    retry_with_deps = await insert_job(
+        jobs.db.pool, schema, pending_deps=1, run_at=FUTURE, attempts=2
+    )
+    delayed_with_deps = await insert_job(jobs.db.pool, schema, pending_deps=3, run_at=FUTURE)
+    retry = await insert_job(jobs.db.pool, schema, run_at=FUTURE, attempts=1)
+    for job_id, state in (
+        (retry_with_deps, SubState.WAITING_CHILDREN),
+        (delayed_with_deps, SubState.WAITING_CHILDREN),
+        (retry, SubState.RETRY),
+    ):
+        row = await jobs.get(job_id)
+        assert row is not None and row.sub_state is state
+
+
+async def test_every_filter_field(jobs: JobQueue) -> None:
+    s, pool = jobs.schema, jobs.db.pool
+    old = NOW - timedelta(days=3)
+    a = await insert_job(
+        pool,
+        s,
+        queue="qa",
+        kind="ka",
+        name="cover_1",
+        group_key="g1",
+        dedup_key="d1",
+        tenant="t1",
+        deferrals=2,
+        created_at=old,
+    )
+    b = await insert_job(
+        pool,
+        s,
+        queue="qa",
+        kind="kb",
+        name="coverX1",
+        status="completed",
+        dedup_key="d1",
+        tenant="t2",
+    )
+    c = await insert_job(
+        pool, s, queue="qb", kind="ka", name="50%off", status="running", group_key="g2"
+    )
+    d = await insert_job(pool, s, queue="qb", kind="kb", name="other", status="dead", flow_id=77)
+
+    async def ids(**fields) -> set[int]:
+        return {row.id for row in await jobs.list_jobs(JobFilter(**fields), limit=100)}
+
+    assert await ids(queue="qa") == {a, b}
+    assert await ids(kind="ka") == {a, c}
+    assert await ids(status="running") == {c}
+    assert await ids(status=("completed", "dead")) == {b, d}
+    assert await ids(sub_state="failed") == {d}
+    assert await ids(sub_state=("ready", "active")) == {a, c}
+    assert await ids(flow_id=77) == {d}
+    assert await ids(group_key="g2") == {c}
+    assert await ids(dedup_key="d1") == {a, b}  # history included
+    assert await ids(min_deferrals=1) == {a}
+    assert await ids(tenant="t2") == {b}
+    assert await ids(name_prefix="cover_") == {a}  # "_" is literal, not "any character"
+    assert await ids(name_prefix="50%") == {c}
+    assert await ids(name_prefix="cover") == {a, b}
+    assert await ids(created_before=NOW - timedelta(days=1)) == {a}
+    assert await ids(created_after=NOW - timedelta(days=1)) == {b, c, d}
+    assert await ids(queue="qa", kind="kb", tenant="t2") == {b}
+    counts = await jobs.substate_counts(JobFilter(queue="qb"))
+    assert (
+        counts[SubState.ACTIVE] == 1 and counts[SubState.FAILED] == 1 and sum(counts.values()) == 2
+    )
+    with pytest.raises(InvalidOption, match="sub_state"):
+        await jobs.list_jobs(JobFilter(sub_state="sleeping"))
+    with pytest.raises(InvalidOption, match="limit"):
+        await jobs.list_jobs(limit=5000)
+    with pytest.raises(InvalidOption, match="offset"):
+        await jobs.list_jobs(offset=-1)
+
+
+async def test_list_jobs_pages_newest_first(jobs: JobQueue) -> None:
+    created = [await insert_job(jobs.db.pool, jobs.schema) for _ in range(7)]
+    first = await jobs.list_jobs(limit=3)
+    second = await jobs.list_jobs(limit=3, offset=3)
+    assert [r.id for r in first + second] == created[::-1][:6]
+    oldest = await jobs.list_jobs(limit=2, oldest_first=True)
+    assert [r.id for r in oldest] == created[:2]
+
+
+class Step(pydantic.BaseModel):
+    fail: bool = False
+
+
+@pytest.fixture
+def step(registry: Registry) -> None:
+    @registry.kind("step", input=Step, max_attempts=1)
+    async def run(ctx: JobContext, data: Step) -> str:
+        if data.fail:
+            raise ValueError("failed on purpose")
+        return "ok"
+
+
+async def make_flow(
+    jobs: JobQueue,
+    name: str,
+    *,
+    fail: bool = False,
+    queue2: str = "default",
+    cancel: bool = False,
+    hold: bool = False,
+) -> int:
+    flow = Flow(name)
+    flow.add("a", "step", {"fail": fail})
+    # A held node waits in a queue no worker of these tests serves, so its flow keeps running.
+    flow.add("b", "step", {}, queue="parked" if hold else queue2)
+    flow.edge("a", "b", EdgePolicy.IGNORE)
+    submitted = await jobs.submit_flow(flow)
+    if cancel:
+        await jobs.cancel(submitted.job_ids["b"])
+    return submitted.flow_id
+
+
+async def test_flow_outcomes_and_list_vs_view_agreement(jobs: JobQueue, step) -> None:
+    completed = await make_flow(jobs, "ok")
+    with_failures = await make_flow(jobs, "dead-node", fail=True)
+    failed = await make_flow(jobs, "cancelled-node", cancel=True)
+    running = await make_flow(jobs, "still-going", hold=True)
+    await jobs.worker().run(until_drained=True)
+    summaries = {s.id: s for s in await jobs.list_flows(limit=10)}
+    assert {fid: summaries[fid].outcome for fid in (completed, with_failures, failed, running)} == {
+        completed: "completed",
+        with_failures: "completed_with_failures",
+        failed: "failed",
+        running: "running",
+    }
+    for flow_id, summary in summaries.items():
+        view = await jobs.flow_view(flow_id)
+        assert view is not None and view.summary == summary
+        assert sum(summary.counts.values()) == summary.total == len(view.nodes) == 2
+        assert [e.policy for e in view.edges] == ["ignore"]
+    assert summaries[running].finished_at is None
+    assert summaries[completed].finished_at is not None
+    assert summaries[running].counts[SubState.READY] == 1
+    assert await jobs.list_flows(FlowFilter(outcome="failed")) == [summaries[failed]]
+    assert await jobs.flow_view(10**9) is None
+
+
+async def test_list_flows_queue_filter_keeps_the_whole_flow(jobs: JobQueue, step) -> None:
+    touching = await make_flow(jobs, "touching", queue2="special")
+    await make_flow(jobs, "elsewhere", hold=True)
+    [summary] = await jobs.list_flows(FlowFilter(queue="special"))
+    assert summary.id == touching and summary.total == 2  # both nodes, not only the matching one
+
+
+async def test_list_flows_name_prefix_is_literal_and_pages_newest_first(
+    jobs: JobQueue, step
+) -> None:
+    ids = [await make_flow(jobs, name, hold=True) for name in ("a_b", "axb", "a%c", "a_z")]
+    names = [s.name for s in await jobs.list_flows(FlowFilter(name_prefix="a_"))]
+    assert names == ["a_z", "a_b"]
+    assert [s.name for s in await jobs.list_flows(FlowFilter(name_prefix="a%"))] == ["a%c"]
+    page1 = await jobs.list_flows(limit=2)
+    page2 = await jobs.list_flows(limit=2, offset=2)
+    assert [s.id for s in page1 + page2] == ids[::-1]
+    window = await jobs.list_flows(FlowFilter(created_after=NOW - timedelta(minutes=5)))
+    assert len(window) == 4
+    assert await jobs.list_flows(FlowFilter(created_before=NOW - timedelta(minutes=5))) == []
+
+
+async def test_flow_without_a_flow_row_is_listed_with_no_name(jobs: JobQueue) -> None:
+    job = await insert_job(jobs.db.pool, jobs.schema, flow_id=424242, status="completed")
+    [summary] = await jobs.list_flows()
+    assert (summary.id, summary.name, summary.outcome, summary.total) == (
+        424242,
+        None,
+        "completed",
+        1,
+    )
+    view = await jobs.flow_view(424242)
+    assert view is not None and view.summary == summary and [n.id for n in view.nodes] == [job]
+
+
+async def test_flow_view_is_tenant_scoped(jobs: JobQueue, step) -> None:
+    flow = Flow("private")
+    flow.add("a", "step", {})
+    submitted = await jobs.submit_flow(flow, tenant="org-a")
+    assert await jobs.flow_view(submitted.flow_id, tenant="org-b") is None
+    assert await jobs.flow_view(submitted.flow_id, tenant="org-a") is not None
+    assert [s.id for s in await jobs.list_flows(FlowFilter(tenant="org-b"))] == []
+
+
+async def test_queue_stats(jobs: JobQueue) -> None:
+    await insert_job(jobs.db.pool, jobs.schema, queue="one")
+    await insert_job(jobs.db.pool, jobs.schema, queue="one", status="completed")
+    await jobs.pause("two")
+    stats = {s.queue: s for s in await jobs.queue_stats()}
+    assert stats["one"].counts[SubState.READY] == 1 and stats["one"].counts[SubState.COMPLETED] == 1
+    assert stats["two"].paused and sum(stats["two"].counts.values()) == 0
+
+
+async def test_queue_metrics_stitches_rollup_and_live_exactly(jobs: JobQueue) -> None:
+    s, pool = jobs.schema, jobs.db.pool
+    base = datetime(2026, 11, 1, 10, 0, tzinfo=UTC)
+    # Two jobs in minute 10:00, one at 10:00:20 and one at 10:00:40; the sweep stops at 10:00:30,
+    # so that minute is split between the rollup and the live tail.
+    for at, status in (
+        (base + timedelta(seconds=20), "completed"),
+        (base + timedelta(seconds=40), "completed"),
+        (base + timedelta(minutes=2), "dead"),
+        (base + timedelta(minutes=2, seconds=5), "cancelled"),
+    ):
+        await insert_job(pool, s, queue="mq", status=status, finished_at=at)
+    await pool.execute(f"INSERT INTO {s}.metrics_watermark VALUES (true, $1)", base)
+    async with pool.acquire() as conn, conn.transaction():
+        await jobs.db.fetch("sweep_count", base, base + timedelta(seconds=30), conn=conn)
+        await jobs.db.fetch("sweep_advance", base + timedelta(seconds=30), conn=conn)
+    rolled = await pool.fetchval(f"SELECT sum(completed) FROM {s}.metrics_rollup")
+    assert rolled == 1
+    minutes = await jobs.queue_metrics("mq", "minute", base, base + timedelta(minutes=4))
+    assert [(b.start, b.completed, b.dead, b.cancelled) for b in minutes] == [
+        (base, 2, 0, 0),
+        (base + timedelta(minutes=1), 0, 0, 0),
+        (base + timedelta(minutes=2), 0, 1, 1),
+        (base + timedelta(minutes=3), 0, 0, 0),
+    ]
+    hours = await jobs.queue_metrics("mq", "hour", base, base + timedelta(hours=2))
+    assert [(b.completed, b.dead, b.cancelled) for b in hours] == [(2, 1, 1), (0, 0, 0)]
+    days = await jobs.queue_metrics("mq", "day", base - timedelta(days=1), base + timedelta(days=1))
+    assert [b.completed for b in days] == [0, 2, 0]  # Oct 31, Nov 1, Nov 2 (partial)
+    with pytest.raises(InvalidOption, match="granularity"):
+        await jobs.queue_metrics("mq", "week", base)  # type: ignore[arg-type]
+    with pytest.raises(InvalidOption, match="start"):
+        await jobs.queue_metrics("mq", "minute", base - timedelta(days=400), base)
+
+
+async def test_queue_metrics_survive_gc_and_count_once_after_resweeps(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    @registry.kind("quick", input=Step, queue="mq")
+    async def quick(ctx: JobContext, data: Step) -> None:
+        return None
+
+    await jobs.enqueue_many([JobSpec("quick", {}) for _ in range(6)])
+    await jobs.worker(queues=["mq"]).run(until_drained=True)
+    start = NOW - timedelta(hours=1)
+    before = sum(b.completed for b in await jobs.queue_metrics("mq", "hour", start))
+    assert before == 6  # all live: nothing swept yet
+    for _ in range(3):
+        await sweep_metrics(jobs.db, SweepInput(settle_seconds=0))
+    await collect_garbage(jobs.db, GcInput(completed_after=0))
+    assert await jobs.list_jobs(JobFilter(queue="mq")) == []
+    after = sum(b.completed for b in await jobs.queue_metrics("mq", "hour", start))
+    assert after == 6
+    assert Status.COMPLETED == "completed"
