@@ -1,13 +1,16 @@
-"""Turn a JobFilter into a parameterised WHERE clause. Values are always bind parameters;
-only column names, fixed here, enter the SQL text."""
+"""Turn a JobFilter or a FlowFilter into a parameterised WHERE clause. Values are always bind
+parameters; only the fixed column templates below enter the SQL text."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pgjobs import options
 from pgjobs.errors import InvalidOption
 from pgjobs.models import SUB_STATE_STATUS, FlowFilter, JobFilter, Status, SubState
+
+OUTCOMES = ("running", "failed", "completed_with_failures", "completed")
 
 
 def escape_like(prefix: str) -> str:
@@ -15,127 +18,120 @@ def escape_like(prefix: str) -> str:
     return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
+def _many(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, tuple | list | set | frozenset) else [value]
+
+
+def _members(option: str, choices: list[str], value: Any) -> list[str]:
+    values = _many(value)
+    unknown = [v for v in values if v not in choices]
+    if unknown or not values:
+        raise InvalidOption(option, f"must be among {choices}, got {value!r}")
+    return [str(v) for v in values]
+
+
 def _statuses(value: Any) -> list[str]:
-    values = value if isinstance(value, tuple | list | set | frozenset) else (value,)
-    try:
-        return [Status(v).value for v in values]
-    except ValueError:
-        raise InvalidOption(
-            "status", f"must be among {[s.value for s in Status]}, got {value!r}"
-        ) from None
+    return _members("status", [s.value for s in Status], value)
 
 
-def _sub_states(value: Any) -> list[SubState]:
-    values = value if isinstance(value, tuple | list | set | frozenset) else (value,)
-    try:
-        return [SubState(v) for v in values]
-    except ValueError:
-        raise InvalidOption(
-            "sub_state", f"must be among {[s.value for s in SubState]}, got {value!r}"
-        ) from None
+def _outcomes(value: Any) -> list[str]:
+    return _members("outcome", list(OUTCOMES), value)
+
+
+def _text(option: str, max_bytes: int = options.MAX_LABEL_BYTES) -> Callable[[Any], Any]:
+    return lambda v: options.text(option, v, max_bytes=max_bytes)
+
+
+def _time(option: str) -> Callable[[Any], Any]:
+    return lambda v: options.timestamp(option, v)
+
+
+def _int(option: str, low: int, high: int) -> Callable[[Any], Any]:
+    return lambda v: options.integer(option, v, low, high)
+
+
+# field -> (SQL template over {a} = alias and {p} = placeholder, validator of the value)
+_JOB_RULES: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "queue": ("{a}.queue = {p}::text", options.queue),
+    "kind": ("{a}.kind = {p}::text", _text("kind")),
+    "status": ("{a}.status = ANY({p}::text[])", _statuses),
+    "flow_id": ("{a}.flow_id = {p}::bigint", _int("flow_id", 1, 2**63 - 1)),
+    "group_key": ("{a}.group_key = {p}::text", _text("group_key")),
+    "dedup_key": ("{a}.dedup_key = {p}::text", _text("dedup_key")),
+    "tenant": ("{a}.tenant = {p}::text", _text("tenant", 256)),
+    "name_prefix": ("{a}.name LIKE {p}::text", lambda v: escape_like(_text("name_prefix")(v))),
+    "min_deferrals": ("{a}.deferrals >= {p}::int", _int("min_deferrals", 0, 2**31 - 1)),
+    "created_after": ("{a}.created_at >= {p}::timestamptz", _time("created_after")),
+    "created_before": ("{a}.created_at < {p}::timestamptz", _time("created_before")),
+    "finished_after": ("{a}.finished_at >= {p}::timestamptz", _time("finished_after")),
+    "finished_before": ("{a}.finished_at < {p}::timestamptz", _time("finished_before")),
+    "ids": ("{a}.id = ANY({p}::bigint[])", lambda v: [_int("ids", 1, 2**63 - 1)(i) for i in v]),
+}
+
+# Flow summaries (alias f, see tracking.sql list_flows); {s} is the schema.
+_FLOW_RULES: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "queue": (
+        "EXISTS (SELECT FROM {s}.jobs j WHERE j.flow_id = f.flow_id AND j.queue = {p}::text)",
+        options.queue,
+    ),
+    "outcome": ("f.outcome = ANY({p}::text[])", _outcomes),
+    "name_prefix": _JOB_RULES["name_prefix"],
+    "created_after": _JOB_RULES["created_after"],
+    "created_before": _JOB_RULES["created_before"],
+    "tenant": _JOB_RULES["tenant"],
+}
+
+
+class _Clauses:
+    def __init__(self, first_param: int, alias: str, schema: str | None) -> None:
+        self.first_param = first_param
+        self.alias = alias
+        self.schema = schema
+        self.sql: list[str] = []
+        self.params: list[Any] = []
+
+    def add(self, template: str, value: Any) -> None:
+        self.params.append(value)
+        placeholder = f"${self.first_param + len(self.params) - 1}"
+        self.sql.append(template.format(a=self.alias, p=placeholder, s=self.schema))
+
+    def apply(self, rules: dict[str, tuple[str, Callable[[Any], Any]]], source: Any) -> None:
+        for field, (template, check) in rules.items():
+            value = getattr(source, field)
+            if value is not None:
+                self.add(template, check(value))
+
+    def result(self) -> tuple[str, list[Any]]:
+        return (" AND ".join(self.sql) or "true"), self.params
 
 
 def where(
     f: JobFilter, first_param: int = 1, alias: str = "j", schema: str | None = None
 ) -> tuple[str, list[Any]]:
-    """``(sql, params)`` where sql is a boolean expression over ``alias`` using $first_param...
+    """``(sql, params)``: a boolean expression over ``alias`` using $first_param...
     ``schema`` is needed (to call its sub_state function) when the filter has a sub_state."""
-    clauses: list[str] = []
-    params: list[Any] = []
-
-    def add(template: str, value: Any) -> None:
-        params.append(value)
-        clauses.append(template.format(a=alias, p=f"${first_param + len(params) - 1}"))
-
-    if f.queue is not None:
-        add("{a}.queue = {p}::text", options.queue(f.queue))
-    if f.kind is not None:
-        add("{a}.kind = {p}::text", options.text("kind", f.kind))
-    if f.status is not None:
-        add("{a}.status = ANY({p}::text[])", _statuses(f.status))
-    if f.flow_id is not None:
-        add("{a}.flow_id = {p}::bigint", options.integer("flow_id", f.flow_id, 1, 2**63 - 1))
-    if f.group_key is not None:
-        add("{a}.group_key = {p}::text", options.text("group_key", f.group_key))
-    if f.dedup_key is not None:
-        add("{a}.dedup_key = {p}::text", options.text("dedup_key", f.dedup_key))
-    if f.tenant is not None:
-        add("{a}.tenant = {p}::text", options.text("tenant", f.tenant, max_bytes=256))
-    if f.name_prefix is not None:
-        prefix = options.text("name_prefix", f.name_prefix)
-        add("{a}.name LIKE {p}::text", escape_like(prefix or ""))
-    if f.min_deferrals is not None:
-        add(
-            "{a}.deferrals >= {p}::int",
-            options.integer("min_deferrals", f.min_deferrals, 0, 2**31 - 1),
-        )
-    if f.created_after is not None:
-        add(
-            "{a}.created_at >= {p}::timestamptz",
-            options.timestamp("created_after", f.created_after),
-        )
-    if f.created_before is not None:
-        add(
-            "{a}.created_at < {p}::timestamptz",
-            options.timestamp("created_before", f.created_before),
-        )
-    if f.finished_before is not None:
-        add(
-            "{a}.finished_at < {p}::timestamptz",
-            options.timestamp("finished_before", f.finished_before),
-        )
-    if f.finished_after is not None:
-        add(
-            "{a}.finished_at >= {p}::timestamptz",
-            options.timestamp("finished_after", f.finished_after),
-        )
+    clauses = _Clauses(first_param, alias, schema)
+    clauses.apply(_JOB_RULES, f)
     if f.sub_state is not None:
         if schema is None:
             raise InvalidOption("sub_state", "is not supported by this operation")
-        states = _sub_states(f.sub_state)
+        states = [
+            SubState(v) for v in _members("sub_state", [s.value for s in SubState], f.sub_state)
+        ]
         # The status it implies first, so the partial indexes stay usable.
-        add("{a}.status = ANY({p}::text[])", sorted({SUB_STATE_STATUS[s].value for s in states}))
-        add(
-            f"{schema}.sub_state({{a}}.status, {{a}}.pending_deps, {{a}}.run_at, {{a}}.attempts)"
+        clauses.add(
+            "{a}.status = ANY({p}::text[])", sorted({SUB_STATE_STATUS[s].value for s in states})
+        )
+        clauses.add(
+            "{s}.sub_state({a}.status, {a}.pending_deps, {a}.run_at, {a}.attempts)"
             " = ANY({p}::text[])",
             [s.value for s in states],
         )
-    if f.ids is not None:
-        add("{a}.id = ANY({p}::bigint[])", [options.integer("ids", i, 1, 2**63 - 1) for i in f.ids])
-    return (" AND ".join(clauses) or "true"), params
-
-
-OUTCOMES = ("running", "failed", "completed_with_failures", "completed")
+    return clauses.result()
 
 
 def flow_where(f: FlowFilter, first_param: int, schema: str) -> tuple[str, list[Any]]:
     """``(sql, params)`` over a flow summary ``f`` (see tracking.sql, list_flows)."""
-    clauses: list[str] = []
-    params: list[Any] = []
-
-    def add(template: str, value: Any) -> None:
-        params.append(value)
-        clauses.append(template.format(p=f"${first_param + len(params) - 1}"))
-
-    if f.queue is not None:
-        add(
-            f"EXISTS (SELECT FROM {schema}.jobs j"
-            " WHERE j.flow_id = f.flow_id AND j.queue = {p}::text)",
-            options.queue(f.queue),
-        )
-    if f.outcome is not None:
-        outcomes = list(f.outcome) if isinstance(f.outcome, tuple | list) else [f.outcome]
-        if not all(o in OUTCOMES for o in outcomes):
-            raise InvalidOption("outcome", f"must be among {list(OUTCOMES)}, got {f.outcome!r}")
-        add("f.outcome = ANY({p}::text[])", outcomes)
-    if f.name_prefix is not None:
-        add("f.name LIKE {p}::text", escape_like(options.text("name_prefix", f.name_prefix) or ""))
-    if f.created_after is not None:
-        add("f.created_at >= {p}::timestamptz", options.timestamp("created_after", f.created_after))
-    if f.created_before is not None:
-        add(
-            "f.created_at < {p}::timestamptz", options.timestamp("created_before", f.created_before)
-        )
-    if f.tenant is not None:
-        add("f.tenant = {p}::text", options.text("tenant", f.tenant, max_bytes=256))
-    return (" AND ".join(clauses) or "true"), params
+    clauses = _Clauses(first_param, "f", schema)
+    clauses.apply(_FLOW_RULES, f)
+    return clauses.result()
