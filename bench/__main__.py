@@ -1,9 +1,10 @@
-"""Run the benchmark: `./run bench [--quick] [--systems engine,floor]`.
+"""Run the benchmark: `./run bench [--quick] [--systems engine,bullmq,floor]`.
 
 Systems are interleaved (A B A B ...) for 3 repetitions so that a noisy neighbour hits all
 of them alike; each figure is the median with min-max. Results go to stdout and to
-bench/results/latest.md. Needs a PostgreSQL: PGJOBS_DSN, a local server on 127.0.0.1:5432,
-or the embedded one (see pgjobs.devserver).
+bench/results/latest.md. Needs a PostgreSQL (PGJOBS_DSN, a local server on 127.0.0.1:5432, or
+the embedded one, see pgjobs.devserver) and, for the BullMQ peer, Redis on 127.0.0.1:6379
+(start one with `redis-server --daemonize yes --save ''`).
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ async def main(argv: list[str] | None = None) -> None:
             await system.teardown()
 
     names = [s.name for s in systems]
-    base = names[-1]
+    # Ratios are to BullMQ on Redis when it ran, else to the last system.
+    base = "bullmq on Redis" if "bullmq on Redis" in names else names[-1]
     lines = [
         f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node() or 'host'}: "
         f"{os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}, "
@@ -94,6 +96,8 @@ async def main(argv: list[str] | None = None) -> None:
             cells = [fmt(row[n]) + f" {unit}" for n in names]
             ratio = f"{statistics.median(row[names[0]]) / statistics.median(row[base]):.2f}×"
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {ratio} |")
+    lines.append("")
+    lines.append(f"Last column: {names[0]} / {base} (throughput, higher is better).")
     report = "\n".join(lines)
     print("\n" + report)
     RESULTS.mkdir(exist_ok=True)

@@ -214,4 +214,120 @@ class RawFloor:
         return (float("nan"), float("nan"))  # a floor has no worker to wake
 
 
-SYSTEMS: dict[str, type[Any]] = {"engine": Engine, "floor": RawFloor}
+REDIS_URL = "redis://127.0.0.1:6379/14"
+
+
+class BullMQRedis:
+    """BullMQ's Python package on the local Redis: the reference everyone knows. Finished jobs
+    are removed (removeOnComplete), as in BullMQ's own benchmark. Needs Redis on 127.0.0.1:6379
+    (database 14; only this run's keys are touched) and `./run bench` to install bullmq."""
+
+    name = "bullmq on Redis"
+
+    async def setup(self, dsn: str) -> None:
+        import bullmq
+        import redis.asyncio as aioredis
+
+        self.bullmq = bullmq
+        self.redis = aioredis.from_url(REDIS_URL)
+        await self.redis.ping()
+        self.prefix = f"bench{uuid.uuid4().hex[:8]}"
+        self.round = 0
+
+    def _opts(self, **extra: Any) -> dict[str, Any]:
+        return {"connection": REDIS_URL, "prefix": self.prefix, **extra}
+
+    async def _queue(self) -> Any:
+        self.round += 1
+        self.queue_name = f"q{self.round}"
+        return self.bullmq.Queue(self.queue_name, self._opts())
+
+    async def teardown(self) -> None:
+        async for key in self.redis.scan_iter(match=f"{self.prefix}:*", count=1000):
+            await self.redis.delete(key)
+        await self.redis.aclose()
+
+    async def enqueue_single(self, n: int) -> float:
+        queue = await self._queue()
+        start = time.perf_counter()
+        for i in range(n):
+            await queue.add("noop", {"i": i})
+        rate = n / (time.perf_counter() - start)
+        await queue.close()
+        return rate
+
+    async def enqueue_concurrent(self, n: int, tasks: int) -> float:
+        queue = await self._queue()
+
+        async def producer(count: int) -> None:
+            for i in range(count):
+                await queue.add("noop", {"i": i})
+
+        start = time.perf_counter()
+        await asyncio.gather(*(producer(n // tasks) for _ in range(tasks)))
+        rate = n / (time.perf_counter() - start)
+        await queue.close()
+        return rate
+
+    async def enqueue_bulk(self, n: int, batch: int) -> float:
+        queue = await self._queue()
+        start = time.perf_counter()
+        for offset in range(0, n, batch):
+            await queue.addBulk(
+                [{"name": "noop", "data": {"i": i}} for i in range(offset, offset + batch)]
+            )
+        rate = n / (time.perf_counter() - start)
+        await queue.close()
+        return rate
+
+    async def process(self, n: int, concurrency: int) -> float:
+        queue = await self._queue()
+        for offset in range(0, n, 1000):
+            await queue.addBulk(
+                [
+                    {"name": "noop", "data": {"i": i}, "opts": {"removeOnComplete": True}}
+                    for i in range(offset, offset + 1000)
+                ]
+            )
+        await queue.close()
+        done = asyncio.Event()
+        count = 0
+
+        async def processor(job: Any, token: Any) -> None:
+            nonlocal count
+            count += 1
+            if count == n:
+                done.set()
+
+        start = time.perf_counter()
+        worker = self.bullmq.Worker(self.queue_name, processor, self._opts(concurrency=concurrency))
+        await asyncio.wait_for(done.wait(), 600)
+        elapsed = time.perf_counter() - start
+        await worker.close()
+        return n / elapsed
+
+    async def latency(self, samples: int) -> tuple[float, float]:
+        queue = await self._queue()
+        started = asyncio.Event()
+        stamp: list[float] = []
+
+        async def processor(job: Any, token: Any) -> None:
+            stamp.append(time.perf_counter())
+            started.set()
+
+        worker = self.bullmq.Worker(self.queue_name, processor, self._opts(concurrency=1))
+        await asyncio.sleep(0.2)
+        delays = []
+        for _ in range(samples):
+            started.clear()
+            sent = time.perf_counter()
+            await queue.add("noop", {"i": 0}, {"removeOnComplete": True})
+            await asyncio.wait_for(started.wait(), 10)
+            delays.append(stamp[-1] - sent)
+            await asyncio.sleep(0.005)
+        await worker.close()
+        await queue.close()
+        return _median_p95(delays)
+
+
+SYSTEMS: dict[str, type[Any]] = {"engine": Engine, "bullmq": BullMQRedis, "floor": RawFloor}

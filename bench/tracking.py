@@ -81,7 +81,9 @@ async def main() -> None:
         )
         await pool.execute(f"VACUUM ANALYZE {s}.jobs")
         await pool.execute(f"VACUUM ANALYZE {s}.job_edges")
-        print(f"built {FINISHED:,} finished + 10,000 pending + flows in {time.perf_counter() - t0:.0f}s")
+        print(
+            f"built {FINISHED:,} finished + 10,000 pending + flows in {time.perf_counter() - t0:.0f}s"
+        )
         t1 = time.perf_counter()
         await sweep_metrics(jobs.db, SweepInput(settle_seconds=0, keep_minutes_days=14))
         print(f"first metrics sweep over everything: {time.perf_counter() - t1:.1f}s")
@@ -92,20 +94,32 @@ async def main() -> None:
         )
 
         week_ago = datetime.now(UTC) - timedelta(days=7)
-        await timed("substate_counts(queue='q1')", lambda: jobs.substate_counts(JobFilter(queue="q1")))
+        await timed(
+            "substate_counts(queue='q1')", lambda: jobs.substate_counts(JobFilter(queue="q1"))
+        )
         await timed("substate_counts() whole table", lambda: jobs.substate_counts())
-        await timed("list_jobs(queue='q1', sub_state='ready') page", lambda: jobs.list_jobs(JobFilter(queue="q1", sub_state="ready")))
+        await timed(
+            "list_jobs(queue='q1', sub_state='ready') page",
+            lambda: jobs.list_jobs(JobFilter(queue="q1", sub_state="ready")),
+        )
         await timed("list_flows() first page (50)", lambda: jobs.list_flows())
-        await timed("list_flows(queue='q3') first page", lambda: jobs.list_flows(FlowFilter(queue="q3")))
+        await timed(
+            "list_flows(queue='q3') first page", lambda: jobs.list_flows(FlowFilter(queue="q3"))
+        )
         await timed("flow_view(1,000-node flow)", lambda: jobs.flow_view(big))
-        await timed("queue_metrics('q1', minute, 7 days)", lambda: jobs.queue_metrics("q1", "minute", week_ago))
+        await timed(
+            "queue_metrics('q1', minute, 7 days)",
+            lambda: jobs.queue_metrics("q1", "minute", week_ago),
+        )
         await timed("queue_stats()", lambda: jobs.queue_stats())
 
         from pgjobs.sql import filters
 
         for name, where in (("substate_counts", JobFilter(queue="q1")),):
             sql, params = filters.where(where, 1, "j", s)
-            plan = await pool.fetch("EXPLAIN " + jobs.db.statements[name].replace("{where}", sql), *params)
+            plan = await pool.fetch(
+                "EXPLAIN " + jobs.db.statements[name].replace("{where}", sql), *params
+            )
             print(f"\nplan of {name}(queue='q1'):")
             print("\n".join("  " + r[0] for r in plan if "Scan" in r[0] or "Aggregate" in r[0]))
     finally:
