@@ -1,0 +1,23 @@
+"""BullMQ's Python API on the pgjobs engine: swap ``from bullmq import ...`` for
+``from bullmq_compat import ...`` and pass a PostgreSQL connection. See PORTING.md for what
+differs and what is not built yet."""
+
+from bullmq_compat.errors import (
+    DelayedError,
+    RateLimitError,
+    UnrecoverableError,
+    WaitingChildrenError,
+)
+from bullmq_compat.job import Job
+from bullmq_compat.queue import Queue
+from bullmq_compat.worker import Worker
+
+__all__ = [
+    "DelayedError",
+    "Job",
+    "Queue",
+    "RateLimitError",
+    "UnrecoverableError",
+    "WaitingChildrenError",
+    "Worker",
+]

@@ -27,9 +27,11 @@ class JobContext:
         "_db",
         "_lease_seconds",
         "attempts",
+        "created_at",
         "deferrals",
         "flow_id",
         "id",
+        "job_key",
         "kind",
         "lock_token",
         "lost",
@@ -60,6 +62,8 @@ class JobContext:
         self.metadata: Any = jsonvalue.loads(row["metadata"])
         self.flow_id: int | None = row["flow_id"]
         self.lock_token: Any = row["lock_token"]
+        self.job_key: str | None = row["job_key"]
+        self.created_at: Any = row["created_at"]
         self.lost = False
         """True once a fenced write found the job taken over; the handler should stop."""
 

@@ -121,6 +121,8 @@ class JobFilter:
     finished_before: datetime | None = None
     finished_after: datetime | None = None
     sub_state: SubState | str | tuple[SubState | str, ...] | None = None
+    priority: int | None = None
+    job_key: str | None = None
     ids: tuple[int, ...] | None = None
 
 

@@ -94,7 +94,7 @@ class Operations:
     # -- re-drive ---------------------------------------------------------------------------
 
     async def requeue(self, where: JobFilter) -> list[int]:
-        sql, params = filters.where(where, first_param=1)
+        sql, params = filters.where(where, 1, "j", self._db.schema)
         statement = self._db.statements["requeue_where"].replace("{where}", sql)
 
         async def work(conn: Connection) -> list[int]:
@@ -159,9 +159,9 @@ class Operations:
     async def purge(self, where: JobFilter, running: RunningPolicy) -> PurgeResult:
         if running not in ("skip", "cancel"):
             raise InvalidOption("running", f"must be 'skip' or 'cancel', got {running!r}")
-        sql, params = filters.where(where, first_param=2)
+        sql, params = filters.where(where, 2, "j", self._db.schema)
         lock = self._db.statements["purge_lock"].replace("{where}", sql)
-        count_sql, count_params = filters.where(where, first_param=1)
+        count_sql, count_params = filters.where(where, 1, "j", self._db.schema)
         count_running = self._db.statements["count_running_where"].replace("{where}", count_sql)
 
         async def work(conn: Connection) -> PurgeResult:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,14 @@ _CONNECTION_ERRORS = (
     asyncpg.CannotConnectNowError,
     asyncpg.AdminShutdownError,
 )
+
+
+WorkerEvent = str
+"""``active`` (handler starting), then once its outcome is written: ``completed``, ``retrying``
+(back to pending after a failure), ``deferred``, ``failed`` (dead), or ``lost`` (the write was
+refused: the job had been taken over)."""
+
+EventListener = Callable[[WorkerEvent, JobContext, dict[str, Any]], Any]
 
 
 @dataclass(slots=True)
@@ -77,6 +86,7 @@ class Worker:
         rescue_interval: float | None = None,
         poll_interval: float = DEFAULT_POLL_SECONDS,
         shutdown_timeout: float = DEFAULT_SHUTDOWN_SECONDS,
+        on_event: EventListener | None = None,
     ) -> None:
         handled = [kind for kind in registry if kind.handler is not None]
         if not handled:
@@ -117,6 +127,7 @@ class Worker:
         self._releasing = False
         self._completer = Completer(db, self._lost)
         self._main: asyncio.Task[None] | None = None
+        self._on_event = on_event
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -213,9 +224,28 @@ class Worker:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _emit(self, event: WorkerEvent, ctx: JobContext, detail: dict[str, Any]) -> None:
+        """Tell ``on_event``; a listener's error is logged, never allowed to disturb the job."""
+        if self._on_event is None:
+            return
+        try:
+            result = self._on_event(event, ctx, detail)
+            if asyncio.iscoroutine(result):
+                task = asyncio.ensure_future(result)
+                self._tasks.add(task)
+                task.add_done_callback(self._listener_done)
+        except Exception:
+            logger.exception("on_event listener failed on %r for job %s", event, ctx.id)
+
+    def _listener_done(self, task: asyncio.Future[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("on_event listener failed", exc_info=task.exception())
+
     async def _execute(self, ctx: JobContext, row: asyncpg.Record) -> None:
         kind = self._kinds[ctx.kind]
         outcome: Outcome | None
+        self._emit("active", ctx, {})
         try:
             backoff = Backoff.from_json(jsonvalue.loads(row["backoff"]))
             outcome = await runner.run(kind, row["payload"], backoff, ctx)
@@ -232,9 +262,13 @@ class Worker:
         if outcome is None:
             if ctx.lost:
                 self.stats.lost += 1
+                self._emit("lost", ctx, {})
             return
         if await self._completer.submit(outcome):
             self._count(outcome)
+            self._emit(_event_of(outcome), ctx, _detail_of(outcome))
+        else:
+            self._emit("lost", ctx, {})
 
     def _count(self, outcome: Outcome) -> None:
         if outcome.status == "completed":
@@ -324,3 +358,19 @@ class Worker:
             except _CONNECTION_ERRORS as exc:
                 logger.warning("stalled-job rescue failed (%s); will retry", exc)
             await asyncio.sleep(self.rescue_interval)
+
+
+def _event_of(outcome: Outcome) -> WorkerEvent:
+    if outcome.status == "completed":
+        return "completed"
+    if outcome.status == "dead":
+        return "failed"
+    return "deferred" if outcome.deferred else "retrying"
+
+
+def _detail_of(outcome: Outcome) -> dict[str, Any]:
+    return {
+        "output": jsonvalue.loads(outcome.output_json),
+        "error": jsonvalue.loads(outcome.error_json),
+        "delay": outcome.delay,
+    }

@@ -65,6 +65,8 @@ _JOB_RULES: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "created_before": ("{a}.created_at < {p}::timestamptz", _time("created_before")),
     "finished_after": ("{a}.finished_at >= {p}::timestamptz", _time("finished_after")),
     "finished_before": ("{a}.finished_at < {p}::timestamptz", _time("finished_before")),
+    "priority": ("{a}.priority = {p}::int", options.priority),
+    "job_key": ("{a}.job_key = {p}::text", _text("job_key")),
     "ids": ("{a}.id = ANY({p}::bigint[])", lambda v: [_int("ids", 1, 2**63 - 1)(i) for i in v]),
 }
 

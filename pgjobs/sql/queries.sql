@@ -72,7 +72,7 @@ ORDER BY src.ord;
 -- queue is read through jobs_claim_idx with an equality on queue, so the cost does not grow
 -- with the backlog; SKIP LOCKED lets concurrent claimers take disjoint rows without waiting.
 SELECT id, queue, kind, name, payload, priority, run_at, attempts, max_attempts, deferrals,
-       max_deferrals, backoff, lock_token, tenant, metadata, flow_id, progress
+       max_deferrals, backoff, lock_token, tenant, metadata, flow_id, progress, job_key, created_at
 FROM {schema}.claim_jobs($1::text[], $2::text[], $3::int, $4::float8);
 
 -- name: idle_state

@@ -76,6 +76,8 @@ async def populate(jobs: JobQueue) -> dict[str, int]:
         (JobFilter(status="dead"), {"b_y_dead"}),
         (JobFilter(status=("completed", "dead")), {"b_x", "b_y_dead"}),
         (JobFilter(queue="b", kind="y"), {"b_y_dead"}),
+        (JobFilter(sub_state="failed"), {"b_y_dead"}),
+        (JobFilter(sub_state=("ready", "completed")), {"a_x", "a_y", "b_x", "flow_job"}),
         (JobFilter(), {"a_x", "a_y", "b_x", "b_y_dead", "flow_job"}),
     ],
 )

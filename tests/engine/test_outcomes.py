@@ -194,3 +194,61 @@ def test_signals_reject_bad_delays(after: float) -> None:
         Delayed(after)
     with pytest.raises(ValueError, match="delay"):
         Retry(after)
+
+
+async def test_worker_events_follow_the_written_outcome(jobs: JobQueue, registry: Registry) -> None:
+    events: list[tuple[str, int, object]] = []
+
+    @registry.kind("evented", input=Task, max_attempts=2, backoff=FAST)
+    async def evented(ctx, task: Task) -> int:
+        if task.n == 1 and ctx.attempts == 1:
+            raise ValueError("first try fails")
+        if task.n == 2:
+            raise Fatal("never")
+        return task.n
+
+    async def async_listener(event, ctx, detail) -> None:  # async listeners are awaited too
+        events.append((f"async:{event}", ctx.id, None))
+
+    def listener(event, ctx, detail):
+        events.append(
+            (
+                event,
+                ctx.id,
+                detail.get("output")
+                if event == "completed"
+                else (detail["error"]["message"] if detail.get("error") else None),
+            )
+        )
+        if event == "completed" and ctx.id < 0:
+            raise RuntimeError("unreachable")
+        return async_listener(event, ctx, detail) if event == "failed" else None
+
+    ok = await jobs.enqueue("evented", {"n": 0})
+    flaky = await jobs.enqueue("evented", {"n": 1})
+    fatal = await jobs.enqueue("evented", {"n": 2})
+    await jobs.worker(concurrency=1, on_event=listener).run(until_drained=True)
+    assert ("completed", ok.id, 0) in events
+    assert ("retrying", flaky.id, "first try fails") in events
+    assert ("completed", flaky.id, 1) in events
+    assert ("failed", fatal.id, "never") in events
+    assert ("async:failed", fatal.id, None) in events
+    assert [e for e in events if e[0] == "active"] == [
+        ("active", i, None) for i in (ok.id, flaky.id, fatal.id, flaky.id)
+    ]
+
+
+async def test_a_raising_listener_does_not_disturb_the_job(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    @registry.kind("calm", input=Task)
+    async def calm(ctx, task: Task) -> str:
+        return "done"
+
+    def explode(event, ctx, detail):
+        raise RuntimeError("listener bug")
+
+    result = await jobs.enqueue("calm", {})
+    await jobs.worker(on_event=explode).run(until_drained=True)
+    row = await jobs.get(result.id)
+    assert row is not None and row.status is Status.COMPLETED and row.output == "done"

@@ -188,6 +188,8 @@ async def test_every_filter_field(jobs: JobQueue) -> None:
     assert await ids(created_before=NOW - timedelta(days=1)) == {a}
     assert await ids(created_after=NOW - timedelta(days=1)) == {b, c, d}
     assert await ids(queue="qa", kind="kb", tenant="t2") == {b}
+    await jobs.change_priority(c, 9)
+    assert await ids(priority=9) == {c}
     counts = await jobs.substate_counts(JobFilter(queue="qb"))
     assert (
         counts[SubState.ACTIVE] == 1 and counts[SubState.FAILED] == 1 and sum(counts.values()) == 2

@@ -1,0 +1,19 @@
+"""BullMQ's error classes. A processor raises them; the worker maps them to engine signals."""
+
+from __future__ import annotations
+
+
+class UnrecoverableError(Exception):
+    """Fail the job at once, whatever attempts remain (engine: Fatal)."""
+
+
+class DelayedError(Exception):
+    """Raised after ``job.moveToDelayed(...)``: the attempt ends without counting (a deferral)."""
+
+
+class WaitingChildrenError(Exception):
+    """Raised after ``job.moveToWaitingChildren(...)``: not supported yet by the facade."""
+
+
+class RateLimitError(Exception):
+    """Raised after ``worker.rateLimit(ms)``: the job goes back to waiting without counting."""

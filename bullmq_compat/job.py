@@ -1,0 +1,230 @@
+"""Job: BullMQ's view of one engine job, its reads and its writes."""
+
+from __future__ import annotations
+
+import asyncio
+import traceback
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from bullmq_compat.options import attempts_made, state_of, to_bullmq_priority, to_engine_priority
+from pgjobs import JobContext, JobFilter, JobRow, Status
+
+if TYPE_CHECKING:
+    from bullmq_compat.queue import Queue
+
+
+def _ms(value: datetime | None) -> int | None:
+    return None if value is None else int(value.timestamp() * 1000)
+
+
+def job_id_of(row_id: int, job_key: str | None) -> str:
+    """A custom jobId is the job's key; an automatic id is the engine id as a string."""
+    return job_key if job_key is not None else str(row_id)
+
+
+class Job:
+    """A BullMQ job. Built by ``Queue.add``, ``Queue.getJob`` and the worker."""
+
+    def __init__(
+        self,
+        queue: Queue,
+        name: str,
+        data: Any,
+        opts: dict[str, Any] | None = None,
+        job_id: str | None = None,
+    ) -> None:
+        self.queue = queue
+        self.name = name
+        self.data = data
+        self.opts: dict[str, Any] = {"attempts": 0, "delay": 0, **(opts or {})}
+        self.id = job_id
+        self.progress: Any = 0
+        self.timestamp: int | None = None
+        self.delay: int = self.opts.get("delay") or 0
+        self.priority: int = self.opts.get("priority") or 0
+        self.attempts: int = self.opts.get("attempts") or 1
+        self.attemptsMade = 0
+        self.attemptsStarted = 0
+        self.processedOn: int | None = None
+        self.finishedOn: int | None = None
+        self.returnvalue: Any = None
+        self.failedReason: str | None = None
+        self.stacktrace: list[str] = []
+        self.token: str | None = None
+        self._engine_id: int | None = None
+        self._ctx: JobContext | None = None
+        self._pending_logs: list[asyncio.Future[Any]] = []
+        self._delay_until_ms: float | None = None
+        self._error: BaseException | None = None
+
+    # -- construction ----------------------------------------------------------------------
+
+    @classmethod
+    def from_row(cls, queue: Queue, row: JobRow) -> Job:
+        opts = (row.metadata or {}).get("opts", {}) if isinstance(row.metadata, dict) else {}
+        job = cls(queue, row.name, row.payload, opts, job_id_of(row.id, row.job_key))
+        job._engine_id = row.id
+        job.priority = to_bullmq_priority(row.priority)
+        job.progress = row.progress if row.progress is not None else 0
+        job.timestamp = _ms(row.created_at)
+        job.attemptsMade = attempts_made(row)
+        job.attemptsStarted = row.attempts
+        job.attempts = row.max_attempts
+        job.processedOn = _ms(row.started_at)
+        job.finishedOn = _ms(row.finished_at)
+        job.returnvalue = row.output if row.status is Status.COMPLETED else None
+        if row.last_error:
+            job.failedReason = row.last_error.get("message")
+            if row.last_error.get("traceback"):
+                job.stacktrace = [row.last_error["traceback"]]
+        return job
+
+    @classmethod
+    def from_context(cls, queue: Queue, ctx: JobContext, data: Any) -> Job:
+        opts = (ctx.metadata or {}).get("opts", {}) if isinstance(ctx.metadata, dict) else {}
+        job = cls(queue, ctx.name, data, opts, job_id_of(ctx.id, ctx.job_key))
+        job._engine_id = ctx.id
+        job._ctx = ctx
+        job.priority = to_bullmq_priority(ctx.priority)
+        job.attempts = ctx.max_attempts
+        job.attemptsMade = ctx.attempts - 1
+        job.attemptsStarted = ctx.attempts
+        job.timestamp = _ms(ctx.created_at)
+        job.token = str(ctx.lock_token)
+        return job
+
+    @classmethod
+    async def fromId(cls, queue: Queue, job_id: str) -> Job | None:
+        return await queue.getJob(job_id)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    async def _row(self) -> JobRow | None:
+        jobs = await self.queue._engine()
+        if self._engine_id is None:
+            return None
+        return await jobs.get(self._engine_id, any_tenant=True)
+
+    async def getState(self) -> str:
+        row = await self._row()
+        return "unknown" if row is None else state_of(row)
+
+    async def isCompleted(self) -> bool:
+        return await self.getState() == "completed"
+
+    async def isFailed(self) -> bool:
+        return await self.getState() == "failed"
+
+    async def isDelayed(self) -> bool:
+        return await self.getState() == "delayed"
+
+    async def isActive(self) -> bool:
+        return await self.getState() == "active"
+
+    async def isWaiting(self) -> bool:
+        return await self.getState() in ("waiting", "prioritized")
+
+    async def isWaitingChildren(self) -> bool:
+        return await self.getState() == "waiting-children"
+
+    # -- writes ----------------------------------------------------------------------------
+
+    async def updateProgress(self, progress: Any) -> None:
+        if self._ctx is None:
+            raise NotImplementedError(
+                "updateProgress outside the job's processor is not supported yet"
+            )
+        await self._ctx.progress(progress)
+        self.progress = progress
+
+    def log(self, row: str) -> asyncio.Future[Any]:
+        """Append a log line. Takes effect even when not awaited (ported JavaScript often does
+        not await it): the write is scheduled at once, and the worker waits for it before the
+        job's outcome is written."""
+        future = asyncio.ensure_future(self._log(str(row)))
+        self._pending_logs.append(future)
+        return future
+
+    async def _log(self, row: str) -> int:
+        keep = self.opts.get("keepLogs")
+        if self._ctx is not None:
+            await self._ctx.log(row)
+        else:
+            jobs = await self.queue._engine()
+            assert self._engine_id is not None
+            await jobs.append_log(self._engine_id, row, keep_last=keep, any_tenant=True)
+        return 1
+
+    async def _flush_logs(self) -> None:
+        while self._pending_logs:
+            pending, self._pending_logs = self._pending_logs, []
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def updateData(self, data: Any) -> None:
+        jobs = await self.queue._engine()
+        if self._engine_id is None or not await jobs.update_payload(
+            self._engine_id, data, any_tenant=True
+        ):
+            raise TypeError(f"Missing key for job {self.id}. updateData")
+        self.data = data
+
+    async def remove(self, opts: dict[str, Any] | None = None) -> None:
+        jobs = await self.queue._engine()
+        assert self._engine_id is not None
+        result = await jobs.purge(JobFilter(ids=(self._engine_id,)), running="skip")
+        if result.skipped_running:
+            raise RuntimeError(
+                f"Job {self.id} could not be removed because it is locked by another worker"
+            )
+
+    async def retry(self, state: str = "failed", opts: dict[str, Any] | None = None) -> None:
+        row = await self._row()
+        if row is None or state_of(row) != state:
+            raise RuntimeError(f"Job {self.id} is not in the {state} state")
+        jobs = await self.queue._engine()
+        await jobs.requeue(row.id, any_tenant=True)
+
+    async def promote(self) -> None:
+        jobs = await self.queue._engine()
+        if self._engine_id is None or not await jobs.promote(self._engine_id, any_tenant=True):
+            raise RuntimeError(f"Job {self.id} is not in the delayed state. promote")
+        self.delay = 0
+
+    async def changePriority(self, opts: dict[str, Any]) -> None:
+        if opts.get("lifo"):
+            raise NotImplementedError("lifo is not supported yet by the pgjobs facade")
+        priority = opts.get("priority", 0)
+        jobs = await self.queue._engine()
+        assert self._engine_id is not None
+        await jobs.change_priority(self._engine_id, to_engine_priority(priority), any_tenant=True)
+        self.priority = priority
+
+    async def moveToDelayed(self, timestamp: float, token: str | None = None) -> None:
+        """Inside the processor, then ``raise DelayedError()``: the attempt does not count."""
+        if self._ctx is None:
+            raise RuntimeError("moveToDelayed must be called by the job's processor")
+        self._delay_until_ms = float(timestamp)
+
+    def _record_failure(self, exc: BaseException) -> None:
+        self._error = exc
+        self.failedReason = str(exc)
+        self.stacktrace = ["".join(traceback.format_exception(exc))]
+
+    def asJSON(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "data": self.data,
+            "opts": self.opts,
+            "progress": self.progress,
+            "timestamp": self.timestamp,
+            "delay": self.delay,
+            "priority": self.priority,
+            "attemptsMade": self.attemptsMade,
+            "processedOn": self.processedOn,
+            "finishedOn": self.finishedOn,
+            "returnvalue": self.returnvalue,
+            "failedReason": self.failedReason,
+            "stacktrace": self.stacktrace,
+        }

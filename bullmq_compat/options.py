@@ -1,0 +1,129 @@
+"""BullMQ job options <-> engine enqueue options, and the value mappings both ways. Pure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pgjobs import Backoff, InvalidOption, JobRow, Keep, Status, SubState
+
+MAX_BULLMQ_PRIORITY = 2_097_152
+NO_PRIORITY = 10  # engine priority of a job without one: ahead of every prioritized job
+KIND = "bullmq"
+
+
+def engine_queue(prefix: str, name: str) -> str:
+    """Queues with different prefixes never see each other's jobs."""
+    return f"{prefix}:{name}"
+
+
+def to_engine_priority(priority: Any) -> int:
+    """BullMQ runs lower values first and a job without priority before all of them."""
+    if priority in (None, 0):
+        return NO_PRIORITY
+    if (
+        isinstance(priority, bool)
+        or not isinstance(priority, int)
+        or not 0 <= priority <= MAX_BULLMQ_PRIORITY
+    ):
+        raise InvalidOption(
+            "priority", f"must be an integer from 0 to {MAX_BULLMQ_PRIORITY}, got {priority!r}"
+        )
+    return NO_PRIORITY - priority
+
+
+def to_bullmq_priority(engine_priority: int) -> int:
+    return 0 if engine_priority == NO_PRIORITY else NO_PRIORITY - engine_priority
+
+
+def _keep(option: str, value: Any) -> Keep | None:
+    if value is None or value is False:
+        return None
+    if value is True:
+        return Keep(count=0)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return Keep(count=value)
+    if isinstance(value, dict):
+        age = value.get("age")
+        return Keep(count=value.get("count"), age=None if age is None else float(age))
+    raise InvalidOption(option, f"must be a bool, a count or {{age, count}}, got {value!r}")
+
+
+def _backoff(value: Any) -> Backoff | None:
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return Backoff.fixed(value / 1000)
+    if isinstance(value, dict):
+        kind = value.get("type", "fixed")
+        if kind not in ("fixed", "exponential"):
+            raise InvalidOption(
+                "backoff.type", f"custom backoff strategies are not supported, got {kind!r}"
+            )
+        delay = float(value.get("delay", 0)) / 1000
+        jitter = float(value.get("jitter", 0))
+        return Backoff(kind, delay, None, jitter)
+    raise InvalidOption("backoff", f"must be milliseconds or {{type, delay}}, got {value!r}")
+
+
+_UNSUPPORTED = {
+    "lifo": "LIFO ordering is not supported yet by the pgjobs facade",
+    "repeat": "`repeat` was removed in BullMQ v5: use queue.upsertJobScheduler(...)",
+    "debounce": "`debounce` was removed in BullMQ v5: use deduplication {id, ttl, extend, replace}",
+    "parent": "`parent` on add is not supported yet: use FlowProducer",
+}
+
+
+def enqueue_options(
+    name: str, opts: dict[str, Any], prefix: str, queue_name: str
+) -> dict[str, Any]:
+    """Engine enqueue options for ``Queue.add(name, data, opts)``."""
+    for key, why in _UNSUPPORTED.items():
+        if opts.get(key):
+            raise InvalidOption(key, why)
+    dedup = opts.get("deduplication")
+    if dedup is not None and (not isinstance(dedup, dict) or set(dedup) - {"id"}):
+        raise InvalidOption(
+            "deduplication", "only the simple mode {id} is supported yet (no ttl/extend/replace)"
+        )
+    delay = opts.get("delay") or 0
+    if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
+        raise InvalidOption("delay", f"must be milliseconds >= 0, got {delay!r}")
+    attempts = opts.get("attempts") or 1
+    job_id = opts.get("jobId")
+    if job_id is not None and not isinstance(job_id, str):
+        job_id = str(job_id)
+    return {
+        "queue": engine_queue(prefix, queue_name),
+        "name": name if name else "__default__",
+        "priority": to_engine_priority(opts.get("priority")),
+        "delay": delay / 1000 if delay else None,
+        "max_attempts": attempts,
+        "backoff": _backoff(opts.get("backoff")),
+        "max_deferrals": 0,
+        "job_key": job_id,
+        "dedup_key": dedup["id"] if dedup else None,
+        "keep_completed": _keep("removeOnComplete", opts.get("removeOnComplete")),
+        "keep_dead": _keep("removeOnFail", opts.get("removeOnFail")),
+        "metadata": {"opts": opts},
+    }
+
+
+def state_of(row: JobRow) -> str:
+    """BullMQ's state name for a job (``Job.getState``)."""
+    sub = row.sub_state
+    if sub is SubState.READY:
+        return "waiting" if row.priority == NO_PRIORITY else "prioritized"
+    if sub in (SubState.DELAYED, SubState.RETRY):
+        return "delayed"
+    if sub is SubState.WAITING_CHILDREN:
+        return "waiting-children"
+    if sub is SubState.ACTIVE:
+        return "active"
+    if sub is SubState.COMPLETED:
+        return "completed"
+    return "failed"  # dead, and cancelled (BullMQ has no cancelled state)
+
+
+def attempts_made(row: JobRow) -> int:
+    """Finished attempts: the one running now does not count yet."""
+    return row.attempts - (1 if row.status is Status.RUNNING else 0)

@@ -1,0 +1,282 @@
+"""Queue: BullMQ's producer and inspection API on a pgjobs queue named ``<prefix>:<name>``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pgjobs
+from bullmq_compat.connection import Connection
+from bullmq_compat.job import Job
+from bullmq_compat.options import KIND, NO_PRIORITY, engine_queue, enqueue_options, state_of
+from pgjobs import JobFilter, JobRow, JobSpec, SubState
+
+DEFAULT_COUNT_TYPES = (
+    "active",
+    "completed",
+    "delayed",
+    "failed",
+    "prioritized",
+    "waiting",
+    "waiting-children",
+)
+# BullMQ state -> the sub-states it is made of ("waiting" and "prioritized" split ready by priority)
+_SUB_STATES: dict[str, tuple[SubState, ...]] = {
+    "waiting": (SubState.READY,),
+    "wait": (SubState.READY,),
+    "prioritized": (SubState.READY,),
+    "paused": (),
+    "delayed": (SubState.DELAYED, SubState.RETRY),
+    "active": (SubState.ACTIVE,),
+    "completed": (SubState.COMPLETED,),
+    "failed": (SubState.FAILED, SubState.CANCELLED),
+    "waiting-children": (SubState.WAITING_CHILDREN,),
+}
+
+
+def facade_registry() -> pgjobs.Registry:
+    registry = pgjobs.Registry()
+    registry.declare(KIND, input=Any)
+    return registry
+
+
+class Queue:
+    """``Queue(name, opts)``: ``opts`` may hold ``connection``, ``prefix`` (default ``bull``),
+    ``schema`` (default ``pgjobs``) and ``defaultJobOptions``."""
+
+    def __init__(self, name: str, opts: dict[str, Any] | None = None) -> None:
+        self.name = name
+        self.opts = dict(opts or {})
+        self.prefix = self.opts.get("prefix", "bull")
+        self.jobsOpts: dict[str, Any] = dict(self.opts.get("defaultJobOptions") or {})
+        self.qualifiedName = engine_queue(self.prefix, name)
+        self._connection = Connection(self.opts)
+        self._registry = facade_registry()
+
+    async def _engine(self) -> pgjobs.JobQueue:
+        return await self._connection.open(self._registry)
+
+    def _filter(self, **fields: Any) -> JobFilter:
+        return JobFilter(queue=self.qualifiedName, kind=KIND, **fields)
+
+    # -- adding ----------------------------------------------------------------------------
+
+    def _spec(
+        self, name: str, data: Any, opts: dict[str, Any] | None
+    ) -> tuple[JobSpec, dict[str, Any]]:
+        merged = {**self.jobsOpts, **(opts or {})}
+        options = enqueue_options(name, merged, self.prefix, self.name)
+        return JobSpec(KIND, data, **options), merged
+
+    async def add(self, name: str, data: Any, opts: dict[str, Any] | None = None) -> Job:
+        """Add one job. An existing ``jobId`` returns the existing job's id (with the new data,
+        as BullMQ does); a held simple deduplication id returns the holder's id."""
+        jobs = await self._engine()
+        spec, merged = self._spec(name, data, opts)
+        result = (await jobs.enqueue_many([spec]))[0]
+        return self._added(name, data, merged, result.id)
+
+    async def addBulk(self, jobs: list[dict[str, Any]]) -> list[Job]:
+        """Add many jobs in one statement (all or nothing)."""
+        engine = await self._engine()
+        specs = [self._spec(j["name"], j.get("data"), j.get("opts")) for j in jobs]
+        results = await engine.enqueue_many([spec for spec, _ in specs])
+        return [
+            self._added(j["name"], j.get("data"), merged, result.id)
+            for j, (_, merged), result in zip(jobs, specs, results, strict=True)
+        ]
+
+    def _added(self, name: str, data: Any, opts: dict[str, Any], engine_id: int) -> Job:
+        job_id = opts.get("jobId")
+        job = Job(self, name, data, opts, str(job_id) if job_id is not None else str(engine_id))
+        job._engine_id = engine_id
+        return job
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def getJob(self, job_id: str) -> Job | None:
+        """The job with this id: a custom ``jobId``, or an automatic (numeric) id."""
+        jobs = await self._engine()
+        rows = await jobs.list_jobs(self._filter(job_key=str(job_id)), limit=1)
+        if not rows and str(job_id).isdigit():
+            row = await jobs.get(int(job_id), any_tenant=True)
+            rows = (
+                [row]
+                if row is not None and row.queue == self.qualifiedName and row.job_key is None
+                else []
+            )
+        return Job.from_row(self, rows[0]) if rows else None
+
+    async def getJobState(self, job_id: str) -> str:
+        job = await self.getJob(job_id)
+        return "unknown" if job is None else await job.getState()
+
+    async def getJobCounts(self, *types: str) -> dict[str, int]:
+        """Counts per BullMQ state (the default seven when no type is named)."""
+        jobs = await self._engine()
+        wanted = types or DEFAULT_COUNT_TYPES
+        counts = await jobs.substate_counts(self._filter())
+        unprioritized = (await jobs.substate_counts(self._filter(priority=NO_PRIORITY)))[
+            SubState.READY
+        ]
+        result: dict[str, int] = {}
+        for state in wanted:
+            if state in ("waiting", "wait"):
+                result[state] = unprioritized
+            elif state == "prioritized":
+                result[state] = counts[SubState.READY] - unprioritized
+            elif state in _SUB_STATES:
+                result[state] = sum(counts[s] for s in _SUB_STATES[state])
+            else:
+                raise ValueError(f"unknown job state {state!r}")
+        return result
+
+    async def getJobCountByTypes(self, *types: str) -> int:
+        return sum((await self.getJobCounts(*types)).values())
+
+    async def count(self) -> int:
+        return await self.getJobCountByTypes(
+            "waiting", "prioritized", "delayed", "waiting-children"
+        )
+
+    async def getWaitingCount(self) -> int:
+        return await self.getJobCountByTypes("waiting")
+
+    async def getActiveCount(self) -> int:
+        return await self.getJobCountByTypes("active")
+
+    async def getCompletedCount(self) -> int:
+        return await self.getJobCountByTypes("completed")
+
+    async def getFailedCount(self) -> int:
+        return await self.getJobCountByTypes("failed")
+
+    async def getDelayedCount(self) -> int:
+        return await self.getJobCountByTypes("delayed")
+
+    async def getPrioritizedCount(self) -> int:
+        return await self.getJobCountByTypes("prioritized")
+
+    async def getWaitingChildrenCount(self) -> int:
+        return await self.getJobCountByTypes("waiting-children")
+
+    async def getJobs(
+        self,
+        types: str | list[str] | None = None,
+        start: int = 0,
+        end: int = -1,
+        asc: bool = False,
+    ) -> list[Job]:
+        """Jobs in these states, oldest first with ``asc``, from index ``start`` to ``end``
+        (inclusive; -1 = to the end)."""
+        names = [types] if isinstance(types, str) else list(types or DEFAULT_COUNT_TYPES)
+        sub_states = tuple({s for name in names for s in _SUB_STATES.get(name, ())})
+        if not sub_states:
+            return []
+        jobs = await self._engine()
+        rows: list[JobRow] = []
+        offset = 0
+        while True:
+            page = await jobs.list_jobs(
+                self._filter(sub_state=sub_states), limit=1000, offset=offset, oldest_first=asc
+            )
+            rows.extend(
+                r
+                for r in page
+                if state_of(r) in names or ("wait" in names and state_of(r) == "waiting")
+            )
+            offset += len(page)
+            if len(page) < 1000 or (end >= 0 and len(rows) > end):
+                break
+        selected = rows[start:] if end < 0 else rows[start : end + 1]
+        return [Job.from_row(self, row) for row in selected]
+
+    async def getWaiting(self, start: int = 0, end: int = -1) -> list[Job]:
+        return await self.getJobs(["waiting"], start, end, asc=True)
+
+    async def getPrioritized(self, start: int = 0, end: int = -1) -> list[Job]:
+        return await self.getJobs(["prioritized"], start, end, asc=True)
+
+    async def getActive(self, start: int = 0, end: int = -1) -> list[Job]:
+        return await self.getJobs(["active"], start, end, asc=True)
+
+    async def getDelayed(self, start: int = 0, end: int = -1) -> list[Job]:
+        return await self.getJobs(["delayed"], start, end, asc=True)
+
+    async def getCompleted(self, start: int = 0, end: int = -1) -> list[Job]:
+        return await self.getJobs(["completed"], start, end, asc=False)
+
+    async def getFailed(self, start: int = 0, end: int = -1) -> list[Job]:
+        return await self.getJobs(["failed"], start, end, asc=False)
+
+    async def getJobLogs(
+        self, job_id: str, start: int = 0, end: int = -1, asc: bool = True
+    ) -> dict[str, Any]:
+        job = await self.getJob(job_id)
+        if job is None or job._engine_id is None:
+            return {"logs": [], "count": 0}
+        jobs = await self._engine()
+        page = await jobs.read_logs(job._engine_id, offset=0, limit=10_000, any_tenant=True)
+        lines = [line.line for line in page.lines]
+        if not asc:
+            lines.reverse()
+        selected = lines[start:] if end < 0 else lines[start : end + 1]
+        return {"logs": selected, "count": page.total}
+
+    # -- control ---------------------------------------------------------------------------
+
+    async def pause(self) -> None:
+        await (await self._engine()).pause(self.qualifiedName)
+
+    async def resume(self) -> None:
+        await (await self._engine()).resume(self.qualifiedName)
+
+    async def isPaused(self) -> bool:
+        return (await (await self._engine()).queue_settings(self.qualifiedName)).paused
+
+    async def remove(self, job_id: str, opts: dict[str, Any] | None = None) -> int:
+        job = await self.getJob(job_id)
+        if job is None or job._engine_id is None:
+            return 0
+        result = await (await self._engine()).purge(
+            JobFilter(ids=(job._engine_id,)), running="skip"
+        )
+        return result.deleted
+
+    async def drain(self, delayed: bool = False) -> None:
+        """Remove waiting and prioritized jobs (and delayed ones with ``delayed=True``)."""
+        states = (SubState.READY,) + ((SubState.DELAYED, SubState.RETRY) if delayed else ())
+        await (await self._engine()).purge(self._filter(sub_state=states))
+
+    async def obliterate(self, force: bool = False) -> None:
+        """Delete every job of the queue; refused while jobs are active unless ``force``."""
+        jobs = await self._engine()
+        if not force and await self.getActiveCount():
+            raise RuntimeError("Cannot obliterate queue with active jobs")
+        await jobs.purge(JobFilter(queue=self.qualifiedName), running="cancel" if force else "skip")
+
+    async def setGlobalConcurrency(self, concurrency: int) -> None:
+        await (await self._engine()).set_concurrency(self.qualifiedName, concurrency)
+
+    async def getGlobalConcurrency(self) -> int | None:
+        return (await (await self._engine()).queue_settings(self.qualifiedName)).concurrency
+
+    async def removeGlobalConcurrency(self) -> None:
+        await (await self._engine()).set_concurrency(self.qualifiedName, None)
+
+    async def setGlobalRateLimit(self, max_jobs: int, duration: int) -> None:
+        await (await self._engine()).set_rate_limit(self.qualifiedName, max_jobs, duration / 1000)
+
+    async def getGlobalRateLimit(self) -> dict[str, int] | None:
+        settings = await (await self._engine()).queue_settings(self.qualifiedName)
+        if settings.rate_limit is None or settings.rate_period is None:
+            return None
+        return {"max": settings.rate_limit, "duration": int(settings.rate_period * 1000)}
+
+    async def removeGlobalRateLimit(self) -> None:
+        await (await self._engine()).set_rate_limit(self.qualifiedName, None)
+
+    async def rateLimit(self, expire_time_ms: int) -> None:
+        await (await self._engine()).limit_queue_for(self.qualifiedName, expire_time_ms / 1000)
+
+    async def close(self) -> None:
+        await self._connection.close()

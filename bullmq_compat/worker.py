@@ -1,0 +1,146 @@
+"""Worker: runs a BullMQ processor ``async def process(job, token)`` on a pgjobs worker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pgjobs
+from bullmq_compat.connection import Connection
+from bullmq_compat.errors import (
+    DelayedError,
+    RateLimitError,
+    UnrecoverableError,
+    WaitingChildrenError,
+)
+from bullmq_compat.events import EventEmitter
+from bullmq_compat.job import Job
+from bullmq_compat.options import KIND, engine_queue
+from bullmq_compat.queue import Queue
+from pgjobs import Delayed, Fatal, JobContext
+
+Processor = Callable[..., Awaitable[Any]]
+
+
+class Worker(EventEmitter):
+    """``Worker(name, processor, opts)``. Options: ``connection``, ``prefix``, ``schema``,
+    ``concurrency`` (1), ``autorun`` (True: starts at once, so build it inside a running event
+    loop), ``lockDuration`` (ms, the lease; 30000), ``limiter`` ``{max, duration}`` (a
+    queue-wide rate limit, as BullMQ documents it). Events: ``active`` (job, prev),
+    ``completed`` (job, result), ``failed`` (job, err) after every failed attempt, ``error``
+    (err), ``closed``."""
+
+    def __init__(
+        self, name: str, processor: Processor | None, opts: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__()
+        self.name = name
+        self.processor = processor
+        self.opts = {"concurrency": 1, "lockDuration": 30000, "autorun": True, **(opts or {})}
+        self.prefix = self.opts.get("prefix", "bull")
+        self.qualifiedName = engine_queue(self.prefix, name)
+        self.running = False
+        self.closing = False
+        self.closed = False
+        self._queue = Queue(name, self.opts)
+        self._connection = Connection(self.opts)
+        self._jobs: dict[int, Job] = {}
+        self._engine_worker: pgjobs.Worker | None = None
+        self._started = asyncio.Event()
+        self._task: asyncio.Future[None] | None = None
+        if processor is not None and self.opts.get("autorun", True):
+            self._task = asyncio.ensure_future(self.run())
+
+    async def run(self) -> None:
+        if self.running:
+            raise RuntimeError("Worker is already running.")
+        if self.processor is None:
+            raise RuntimeError("No process function is defined.")
+        self.running = True
+        try:
+            registry = pgjobs.Registry()
+            registry.kind(KIND, input=Any, queue=self.qualifiedName)(self._handle)
+            jobs = await self._connection.open(registry)
+            limiter = self.opts.get("limiter")
+            if limiter:
+                await jobs.set_rate_limit(
+                    self.qualifiedName, int(limiter["max"]), limiter["duration"] / 1000
+                )
+            lease = self.opts["lockDuration"] / 1000
+            self._engine_worker = jobs.worker(
+                queues=[self.qualifiedName],
+                concurrency=int(self.opts["concurrency"]),
+                lease=lease,
+                on_event=self._on_engine_event,
+            )
+            self._started.set()
+            await self._engine_worker.run()
+        except Exception as exc:
+            self.emit("error", exc)
+            raise
+        finally:
+            self.running = False
+            self._started.set()
+
+    async def _handle(self, ctx: JobContext, data: Any) -> Any:
+        job = Job.from_context(self._queue, ctx, data)
+        job.processedOn = int(time.time() * 1000)
+        self._jobs[ctx.id] = job
+        self.emit("active", job, "waiting")
+        assert self.processor is not None
+        try:
+            result = await self.processor(job, job.token)
+        except UnrecoverableError as exc:
+            job._record_failure(exc)
+            raise Fatal(str(exc)) from exc
+        except DelayedError:
+            until = job._delay_until_ms
+            raise Delayed(max(0.0, ((until or 0) / 1000) - time.time())) from None
+        except (WaitingChildrenError, RateLimitError) as exc:
+            job._record_failure(exc)
+            raise Fatal(f"{type(exc).__name__} is not supported yet by the pgjobs facade") from exc
+        except Exception as exc:
+            job._record_failure(exc)
+            raise
+        finally:
+            await job._flush_logs()
+        return result
+
+    def _on_engine_event(self, event: str, ctx: JobContext, detail: dict[str, Any]) -> None:
+        if event == "active":
+            return
+        job = self._jobs.pop(ctx.id, None)
+        if job is None:
+            return
+        job.finishedOn = int(time.time() * 1000)
+        if event == "completed":
+            job.returnvalue = detail.get("output")
+            job.attemptsMade = ctx.attempts
+            self.emit("completed", job, job.returnvalue)
+        elif event in ("failed", "retrying"):
+            job.attemptsMade = ctx.attempts
+            error = job._error or Exception((detail.get("error") or {}).get("message", "failed"))
+            self.emit("failed", job, error)
+
+    async def close(self, force: bool = False) -> None:
+        """Stop fetching; wait for the jobs in flight (``force``: put them back at once, without
+        using an attempt), then emit ``closed``."""
+        if self.closed:
+            return
+        self.closing = True
+        if self._engine_worker is not None:
+            await self._engine_worker.stop(timeout=0 if force else 3600)
+        if self._task is not None:
+            with contextlib.suppress(Exception):  # already reported on "error"
+                await self._task
+        await self.settle()
+        await self._connection.close()
+        await self._queue.close()
+        self.closed = True
+        self.emit("closed")
+
+    async def waitUntilReady(self) -> None:
+        await self._started.wait()

@@ -1,0 +1,309 @@
+"""The BullMQ facade, one documented BullMQ behaviour per test, on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from bullmq_compat import DelayedError, Queue, UnrecoverableError, Worker
+from pgjobs import JobQueue, SchemaMissing
+from tests.helpers import eventually
+
+
+@pytest.fixture
+def opts(jobs: JobQueue) -> dict:
+    return {"connection": jobs}
+
+
+async def run_until(worker: Worker, done: asyncio.Event) -> None:
+    await asyncio.wait_for(done.wait(), 30)
+    await worker.close()
+
+
+async def test_priority_order_is_bullmqs(opts: dict) -> None:
+    queue = Queue("prio", opts)
+    await queue.add("a", {"n": "a"})
+    await queue.add("b", {"n": "b"}, {"priority": 5})
+    await queue.add("c", {"n": "c"}, {"priority": 1})
+    await queue.add("d", {"n": "d"})
+    await queue.add("e", {"n": "e"}, {"priority": 2})
+    seen: list[str] = []
+    done = asyncio.Event()
+
+    async def process(job, token):
+        seen.append(job.data["n"])
+        if len(seen) == 5:
+            done.set()
+
+    await run_until(Worker("prio", process, opts), done)
+    # No priority runs before any prioritized job; among prioritized, lower first.
+    assert seen == ["a", "d", "c", "e", "b"]
+    await queue.close()
+
+
+async def test_job_id_names_one_job_over_every_state(opts: dict) -> None:
+    queue = Queue("keys", opts)
+    first = await queue.add("x", {"v": 1}, {"jobId": "order:1"})
+    again = await queue.add("x", {"v": 2}, {"jobId": "order:1"})
+    assert first.id == again.id == "order:1"
+    runs: list[int] = []
+    done = asyncio.Event()
+
+    async def process(job, token):
+        runs.append(job.data["v"])
+        done.set()
+        return "ok"
+
+    await run_until(Worker("keys", process, opts), done)
+    after = await queue.add("x", {"v": 3}, {"jobId": "order:1"})
+    assert after.id == "order:1" and runs == [1]
+    stored = await queue.getJob("order:1")
+    assert stored is not None and stored.data == {"v": 1} and stored.returnvalue == "ok"
+    assert await stored.getState() == "completed"
+    other = Queue("other-keys", opts)
+    elsewhere = await other.add("x", {}, {"jobId": "order:1"})
+    assert (await other.getJob("order:1")) is not None and elsewhere.id == "order:1"
+    assert await queue.getJobCountByTypes("completed", "waiting") == 1
+    await queue.close()
+    await other.close()
+
+
+async def test_automatic_ids_are_strings_found_by_getjob(opts: dict) -> None:
+    queue = Queue("auto", opts)
+    job = await queue.add("x", {"k": 1})
+    assert isinstance(job.id, str) and job.id.isdigit()
+    found = await queue.getJob(job.id)
+    assert found is not None and found.id == job.id and found.data == {"k": 1} and found.name == "x"
+    assert await Queue("not-auto", opts).getJob(job.id) is None  # another queue's id
+    assert await queue.getJob("999999999") is None
+    await queue.close()
+
+
+async def test_attempts_made_counts_finished_attempts(opts: dict) -> None:
+    queue = Queue("retries", opts)
+    await queue.add("flaky", {}, {"attempts": 3, "backoff": {"type": "fixed", "delay": 10}})
+    seen: list[int] = []
+    failed: list[tuple[int, str]] = []
+    completed: list[tuple[int, object]] = []
+    done = asyncio.Event()
+
+    async def process(job, token):
+        seen.append(job.attemptsMade)
+        if job.attemptsMade < 2:
+            raise ValueError(f"try {job.attemptsMade}")
+        return "third time"
+
+    worker = Worker("retries", process, opts)
+    worker.on("failed", lambda job, err: failed.append((job.attemptsMade, str(err))))
+
+    async def on_completed(job, result):  # an async listener runs too
+        completed.append((job.attemptsMade, result))
+        done.set()
+
+    worker.on("completed", on_completed)
+    await run_until(worker, done)
+    assert seen == [0, 1, 2]
+    assert failed == [(1, "try 0"), (2, "try 1")]
+    assert completed == [(3, "third time")]
+    [job] = await queue.getCompleted()
+    assert job.attemptsMade == 3 and job.returnvalue == "third time"
+    await queue.close()
+
+
+async def test_unrecoverable_error_fails_at_once(opts: dict) -> None:
+    queue = Queue("fatal", opts)
+    added = await queue.add("doomed", {}, {"attempts": 5})
+    done = asyncio.Event()
+
+    async def process(job, token):
+        raise UnrecoverableError("bad input file")
+
+    worker = Worker("fatal", process, opts)
+    worker.on("failed", lambda job, err: done.set())
+    await run_until(worker, done)
+    job = await queue.getJob(added.id)
+    assert job is not None and await job.getState() == "failed"
+    assert job.attemptsMade == 1 and job.failedReason == "bad input file"
+    assert "UnrecoverableError" in job.stacktrace[0]
+    await queue.close()
+
+
+async def test_remove_on_complete_deletes_the_job(opts: dict) -> None:
+    queue = Queue("tidy", opts)
+    kept = await queue.add("keep", {})
+    gone = await queue.add("go", {}, {"removeOnComplete": True})
+    done = asyncio.Event()
+    count = 0
+
+    async def process(job, token):
+        nonlocal count
+        count += 1
+
+    worker = Worker("tidy", process, opts)
+    worker.on("completed", lambda job, result: done.set() if count == 2 else None)
+    await run_until(worker, done)
+    assert await queue.getJob(gone.id) is None
+    assert await queue.getJob(kept.id) is not None
+    await queue.close()
+
+
+async def test_states_and_counts(opts: dict) -> None:
+    queue = Queue("states", opts)
+    waiting = await queue.add("w", {})
+    prioritized = await queue.add("p", {}, {"priority": 3})
+    delayed = await queue.add("d", {}, {"delay": 60_000})
+    assert await waiting.getState() == "waiting"
+    assert await prioritized.getState() == "prioritized"
+    assert await delayed.getState() == "delayed"
+    counts = await queue.getJobCounts()
+    assert counts == {
+        "active": 0,
+        "completed": 0,
+        "delayed": 1,
+        "failed": 0,
+        "prioritized": 1,
+        "waiting": 1,
+        "waiting-children": 0,
+    }
+    assert await queue.getJobCounts("waiting", "delayed") == {"waiting": 1, "delayed": 1}
+    await delayed.promote()
+    assert await delayed.getState() == "waiting"
+    with pytest.raises(RuntimeError, match="not in the delayed state"):
+        await delayed.promote()
+    assert [j.id for j in await queue.getWaiting()] == [waiting.id, delayed.id]
+    assert [j.id for j in await queue.getPrioritized()] == [prioritized.id]
+    assert await queue.count() == 3
+    assert await (await queue.getJob(prioritized.id)).getState() == "prioritized"  # type: ignore[union-attr]
+    await queue.close()
+
+
+async def test_pause_resume_drain_obliterate(opts: dict) -> None:
+    queue = Queue("control", opts)
+    assert not await queue.isPaused()
+    await queue.pause()
+    assert await queue.isPaused()
+    await queue.resume()
+    assert not await queue.isPaused()
+    await queue.addBulk(
+        [{"name": "a", "data": {}}, {"name": "b", "data": {}, "opts": {"delay": 60_000}}]
+    )
+    await queue.drain()
+    assert await queue.getJobCounts("waiting", "delayed") == {"waiting": 0, "delayed": 1}
+    await queue.drain(delayed=True)
+    assert await queue.count() == 0
+
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def process(job, token):
+        started.set()
+        await release.wait()
+
+    await queue.add("busy", {})
+    worker = Worker("control", process, opts)
+    await asyncio.wait_for(started.wait(), 30)
+    with pytest.raises(RuntimeError, match="active jobs"):
+        await queue.obliterate()
+    await queue.obliterate(force=True)
+    release.set()
+    await worker.close()
+    assert await queue.getJobCountByTypes(*("active", "completed", "waiting", "failed")) == 0
+    await queue.close()
+
+
+async def test_log_without_await_takes_effect(opts: dict) -> None:
+    queue = Queue("logs", opts)
+    added = await queue.add("chatty", {})
+    done = asyncio.Event()
+
+    async def process(job, token):
+        job.log("first line")  # no await, as JavaScript code ports it
+        job.log("second line")
+        return 1
+
+    worker = Worker("logs", process, opts)
+    worker.on("completed", lambda job, result: done.set())
+    await run_until(worker, done)
+    logs = await queue.getJobLogs(added.id)
+    assert logs == {"logs": ["first line", "second line"], "count": 2}
+    await queue.close()
+
+
+async def test_move_to_delayed_does_not_use_an_attempt(opts: dict) -> None:
+    queue = Queue("defer", opts)
+    added = await queue.add("later", {}, {"attempts": 1})
+    done = asyncio.Event()
+    runs: list[int] = []
+
+    async def process(job, token):
+        runs.append(job.attemptsMade)
+        if len(runs) < 3:
+            await job.moveToDelayed(time.time() * 1000 + 10, token)
+            raise DelayedError()
+        return "finally"
+
+    worker = Worker("defer", process, opts)
+    failed: list[object] = []
+    worker.on("failed", lambda job, err: failed.append(err))
+    worker.on("completed", lambda job, result: done.set())
+    await run_until(worker, done)
+    job = await queue.getJob(added.id)
+    assert job is not None and await job.getState() == "completed" and job.returnvalue == "finally"
+    assert runs == [0, 0, 0] and failed == []  # attempts=1, yet three runs: no attempt was used
+    await queue.close()
+
+
+async def test_worker_limiter_is_a_queue_rate_limit(opts: dict, jobs: JobQueue) -> None:
+    queue = Queue("limited", opts)
+    await queue.addBulk([{"name": "j", "data": {"i": i}} for i in range(4)])
+    done = asyncio.Event()
+    count = 0
+
+    async def process(job, token):
+        nonlocal count
+        count += 1
+        if count == 4:
+            done.set()
+
+    worker = Worker(
+        "limited", process, {**opts, "limiter": {"max": 2, "duration": 400}, "concurrency": 4}
+    )
+    await run_until(worker, done)
+    assert await queue.getGlobalRateLimit() == {"max": 2, "duration": 400}
+    starts = sorted(r.started_at for r in await jobs.list_jobs())
+    assert (starts[2] - starts[0]).total_seconds() >= 0.4
+    await queue.close()
+
+
+async def test_missing_schema_names_the_command_to_run(pool, schema_name: str) -> None:
+    queue = Queue("nowhere", {"connection": pool, "schema": schema_name})
+    with pytest.raises(SchemaMissing, match="pgjobs migrate"):
+        await queue.add("x", {})
+    await queue.close()
+
+
+async def test_unsupported_options_say_what_to_use(opts: dict) -> None:
+    queue = Queue("unsupported", opts)
+    with pytest.raises(ValueError, match="upsertJobScheduler"):
+        await queue.add("x", {}, {"repeat": {"every": 1000}})
+    with pytest.raises(ValueError, match="deduplication"):
+        await queue.add("x", {}, {"deduplication": {"id": "k", "ttl": 1000}})
+    with pytest.raises(ValueError, match="priority"):
+        await queue.add("x", {}, {"priority": -1})
+    assert await queue.count() == 0
+    await queue.close()
+
+
+async def test_simple_deduplication_returns_the_holder(opts: dict) -> None:
+    queue = Queue("dedup", opts)
+    first = await queue.add("x", {"v": 1}, {"deduplication": {"id": "same"}})
+    second = await queue.add("x", {"v": 2}, {"deduplication": {"id": "same"}})
+    assert second.id == first.id
+    assert await queue.count() == 1
+
+    async def waiting_count() -> bool:
+        return await queue.getWaitingCount() == 1
+
+    await eventually(waiting_count)
+    await queue.close()
