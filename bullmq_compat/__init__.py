@@ -8,12 +8,14 @@ from bullmq_compat.errors import (
     UnrecoverableError,
     WaitingChildrenError,
 )
+from bullmq_compat.flow_producer import FlowProducer
 from bullmq_compat.job import Job
 from bullmq_compat.queue import Queue
 from bullmq_compat.worker import Worker
 
 __all__ = [
     "DelayedError",
+    "FlowProducer",
     "Job",
     "Queue",
     "RateLimitError",

@@ -211,6 +211,38 @@ class Job:
         self.failedReason = str(exc)
         self.stacktrace = ["".join(traceback.format_exception(exc))]
 
+    async def _prerequisites(self) -> list[dict[str, Any]]:
+        if self._ctx is not None:
+            return await self._ctx.prerequisites()
+        jobs = await self.queue._engine()
+        assert self._engine_id is not None
+        return await jobs.prerequisite_results(self._engine_id)
+
+    async def getChildrenValues(self) -> dict[str, Any]:
+        """Return values of the completed children, keyed ``<prefix>:<queue>:<id>``."""
+        return {
+            f"{child['queue']}:{child['id']}": child["output"]
+            for child in await self._prerequisites()
+            if child["status"] == "completed"
+        }
+
+    async def getIgnoredChildrenFailures(self) -> dict[str, str]:
+        """Failed reasons of the children whose failure this job was told to ignore."""
+        return {
+            f"{child['queue']}:{child['id']}": (child["failure"] or {}).get("message", "")
+            for child in await self._prerequisites()
+            if child["state"] == "ignored"
+        }
+
+    async def getDependenciesCount(self) -> dict[str, int]:
+        children = await self._prerequisites()
+        return {
+            "processed": sum(c["state"] == "satisfied" for c in children),
+            "unprocessed": sum(c["state"] in ("open",) for c in children),
+            "failed": sum(c["state"] in ("blocked", "failed") for c in children),
+            "ignored": sum(c["state"] in ("ignored", "released") for c in children),
+        }
+
     def asJSON(self) -> dict[str, Any]:
         return {
             "id": self.id,

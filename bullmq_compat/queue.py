@@ -43,13 +43,20 @@ class Queue:
     """``Queue(name, opts)``: ``opts`` may hold ``connection``, ``prefix`` (default ``bull``),
     ``schema`` (default ``pgjobs``) and ``defaultJobOptions``."""
 
-    def __init__(self, name: str, opts: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        opts: dict[str, Any] | None = None,
+        *,
+        _connection: Connection | None = None,
+    ) -> None:
         self.name = name
         self.opts = dict(opts or {})
         self.prefix = self.opts.get("prefix", "bull")
         self.jobsOpts: dict[str, Any] = dict(self.opts.get("defaultJobOptions") or {})
         self.qualifiedName = engine_queue(self.prefix, name)
-        self._connection = Connection(self.opts)
+        self._shared = _connection is not None
+        self._connection = _connection or Connection(self.opts)
         self._registry = facade_registry()
 
     async def _engine(self) -> pgjobs.JobQueue:
@@ -279,4 +286,5 @@ class Queue:
         await (await self._engine()).limit_queue_for(self.qualifiedName, expire_time_ms / 1000)
 
     async def close(self) -> None:
-        await self._connection.close()
+        if not self._shared:
+            await self._connection.close()

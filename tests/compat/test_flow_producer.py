@@ -1,0 +1,155 @@
+"""FlowProducer through the facade: trees across queues and each child failure option."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from bullmq_compat import FlowProducer, Queue, UnrecoverableError, Worker
+from pgjobs import JobQueue
+from tests.helpers import eventually
+
+
+@pytest.fixture
+def opts(jobs: JobQueue) -> dict:
+    return {"connection": jobs}
+
+
+def processor(log: list[str], done: asyncio.Event, expected: int):
+    async def process(job, token):
+        if job.data.get("fail"):
+            log.append(f"fail:{job.name}")
+            if len(log) >= expected:
+                done.set()
+            raise UnrecoverableError(f"{job.name} broke")
+        log.append(job.name)
+        values = await job.getChildrenValues() if job.name.startswith("parent") else {}
+        if len(log) >= expected:
+            done.set()
+        return {"name": job.name, "children": sorted(v["name"] for v in values.values())}
+
+    return process
+
+
+async def test_children_run_first_and_the_parent_reads_their_values(opts: dict) -> None:
+    producer = FlowProducer(opts)
+    tree = await producer.add(
+        {
+            "name": "parent",
+            "queueName": "renders",
+            "data": {},
+            "children": [
+                {"name": "child-a", "queueName": "steps", "data": {}},
+                {"name": "child-b", "queueName": "steps", "data": {}},
+            ],
+        }
+    )
+    assert isinstance(tree["job"].id, str) and len(tree["children"]) == 2
+    parent_queue = Queue("renders", opts)
+    assert await tree["job"].getState() == "waiting-children"
+    log: list[str] = []
+    done = asyncio.Event()
+    steps = Worker("steps", processor(log, done, 3), opts)
+    renders = Worker("renders", processor(log, done, 3), opts)
+    await asyncio.wait_for(done.wait(), 30)
+    await steps.close()
+    await renders.close()
+    assert sorted(log[:2]) == ["child-a", "child-b"] and log[2] == "parent"
+    parent = await parent_queue.getJob(tree["job"].id)
+    assert parent is not None and parent.returnvalue == {
+        "name": "parent",
+        "children": ["child-a", "child-b"],
+    }
+    await parent_queue.close()
+    await producer.close()
+
+
+@pytest.mark.parametrize(
+    ("child_opts", "parent_state"),
+    [
+        ({}, "waiting-children"),  # BullMQ's default: the parent waits for the child's retry
+        ({"failParentOnFailure": True}, "failed"),
+        ({"ignoreDependencyOnFailure": True}, "completed"),
+        ({"removeDependencyOnFailure": True}, "completed"),
+        ({"continueParentOnFailure": True}, "completed"),
+    ],
+)
+async def test_child_failure_options(opts: dict, child_opts: dict, parent_state: str) -> None:
+    producer = FlowProducer(opts)
+    tree = await producer.add(
+        {
+            "name": "parent",
+            "queueName": "fq",
+            "data": {},
+            "children": [
+                {"name": "child", "queueName": "fq", "data": {"fail": True}, "opts": child_opts}
+            ],
+        }
+    )
+    log: list[str] = []
+    done = asyncio.Event()
+    worker = Worker("fq", processor(log, done, 2 if parent_state == "completed" else 1), opts)
+    await asyncio.wait_for(done.wait(), 30)
+
+    async def settled() -> bool:
+        child_failed = await tree["children"][0]["job"].getState() == "failed"
+        return child_failed and await tree["job"].getState() == parent_state
+
+    await eventually(settled)
+    await worker.close()
+    assert log[0] == "fail:child"
+    if child_opts.get("ignoreDependencyOnFailure"):
+        failures = await tree["job"].getIgnoredChildrenFailures()
+        assert list(failures.values()) == ["child broke"]
+    await producer.close()
+
+
+async def test_continue_parent_runs_while_another_child_is_pending(opts: dict) -> None:
+    producer = FlowProducer(opts)
+    tree = await producer.add(
+        {
+            "name": "parent",
+            "queueName": "cq",
+            "data": {},
+            "children": [
+                {
+                    "name": "fails",
+                    "queueName": "cq",
+                    "data": {"fail": True},
+                    "opts": {"continueParentOnFailure": True},
+                },
+                {"name": "later", "queueName": "cq", "data": {}, "opts": {"delay": 3_600_000}},
+            ],
+        }
+    )
+    log: list[str] = []
+    done = asyncio.Event()
+    worker = Worker("cq", processor(log, done, 2), opts)
+    await asyncio.wait_for(done.wait(), 30)
+    await worker.close()
+    assert log == ["fail:fails", "parent"]
+    assert await tree["children"][1]["job"].getState() == "delayed"
+    await producer.close()
+
+
+async def test_conflicting_failure_options_are_refused(opts: dict) -> None:
+    producer = FlowProducer(opts)
+    with pytest.raises(ValueError, match="cannot be combined"):
+        await producer.add(
+            {
+                "name": "p",
+                "queueName": "x",
+                "data": {},
+                "children": [
+                    {
+                        "name": "c",
+                        "queueName": "x",
+                        "data": {},
+                        "opts": {"failParentOnFailure": True, "ignoreDependencyOnFailure": True},
+                    }
+                ],
+            }
+        )
+    assert await Queue("x", opts).count() == 0
+    await producer.close()
