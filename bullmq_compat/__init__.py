@@ -10,13 +10,14 @@ from bullmq_compat.errors import (
 )
 from bullmq_compat.flow_producer import FlowProducer
 from bullmq_compat.job import Job
-from bullmq_compat.queue import Queue
+from bullmq_compat.queue import MetricsTime, Queue
 from bullmq_compat.worker import Worker
 
 __all__ = [
     "DelayedError",
     "FlowProducer",
     "Job",
+    "MetricsTime",
     "Queue",
     "RateLimitError",
     "UnrecoverableError",

@@ -140,13 +140,16 @@ class Job:
 
     def log(self, row: str) -> asyncio.Future[Any]:
         """Append a log line. Takes effect even when not awaited (ported JavaScript often does
-        not await it): the write is scheduled at once, and the worker waits for it before the
-        job's outcome is written."""
-        future = asyncio.ensure_future(self._log(str(row)))
+        not await it): the write is scheduled at once, after the job's earlier lines, and the
+        worker waits for it before the job's outcome is written."""
+        previous = self._pending_logs[-1] if self._pending_logs else None
+        future = asyncio.ensure_future(self._log(str(row), previous))
         self._pending_logs.append(future)
         return future
 
-    async def _log(self, row: str) -> int:
+    async def _log(self, row: str, previous: asyncio.Future[Any] | None) -> int:
+        if previous is not None:  # lines land in the order they were logged
+            await asyncio.gather(previous, return_exceptions=True)
         keep = self.opts.get("keepLogs")
         if self._ctx is not None:
             await self._ctx.log(row)

@@ -307,3 +307,38 @@ async def test_simple_deduplication_returns_the_holder(opts: dict) -> None:
 
     await eventually(waiting_count)
     await queue.close()
+
+
+async def test_get_metrics_in_bullmq_shape(opts: dict) -> None:
+    queue = Queue("metered", opts)
+    await queue.addBulk(
+        [{"name": "ok", "data": {"fail": False}}] * 3 + [{"name": "bad", "data": {"fail": True}}]
+    )
+    done = asyncio.Event()
+    finished = 0
+
+    async def process(job, token):
+        nonlocal finished
+        finished += 1
+        if finished == 4:
+            done.set()
+        if job.data["fail"]:
+            raise UnrecoverableError("no")
+
+    worker = Worker("metered", process, opts)
+
+    async def all_written() -> bool:
+        return await queue.getJobCountByTypes("completed", "failed") == 4
+
+    await asyncio.wait_for(done.wait(), 30)
+    await eventually(all_written)
+    await worker.close()
+    completed = await queue.getMetrics("completed")
+    failed = await queue.getMetrics("failed")
+    assert completed["meta"]["count"] == 3 and failed["meta"]["count"] == 1
+    assert completed["count"] == len(completed["data"]) >= 20160
+    assert sum(completed["data"][:2]) == 3  # the newest minutes first
+    assert (await queue.getMetrics("completed", 0, 9))["data"] == completed["data"][:10]
+    with pytest.raises(ValueError, match="completed"):
+        await queue.getMetrics("active")
+    await queue.close()
