@@ -11,7 +11,7 @@ from typing import Any
 import asyncpg
 
 import pgjobs
-from pgjobs.config import DEFAULT_SCHEMA, dsn_from_env
+from pgjobs import DEFAULT_SCHEMA, dsn_from_env
 
 
 class Connection:
@@ -32,7 +32,7 @@ class Connection:
                 return self._jobs
             given = self._given
             if isinstance(given, pgjobs.JobQueue):
-                pool = given.db.pool
+                pool = given.pool
             elif isinstance(given, asyncpg.Pool):
                 pool = given
             elif isinstance(given, dict):

@@ -55,7 +55,7 @@ class FlowProducer:
     ) -> list[dict[str, Any]]:
         jobs = await self._connection.open(self._registry)
         results = []
-        async with jobs.db.transaction() as conn:  # every tree, or none
+        async with jobs.transaction() as conn:  # every tree, or none
             for tree in flows:
                 graph = pgjobs.Flow(tree.get("name"))
                 nodes: list[tuple[str, dict[str, Any]]] = []

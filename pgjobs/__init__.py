@@ -2,6 +2,7 @@
 
 from pgjobs.backoff import Backoff
 from pgjobs.client import JobQueue
+from pgjobs.config import DEFAULT_SCHEMA, dsn_from_env
 from pgjobs.context import JobContext
 from pgjobs.enqueue import JobSpec
 from pgjobs.errors import (
@@ -44,6 +45,7 @@ from pgjobs.schedules import Schedule, Scheduler
 from pgjobs.worker import Worker, WorkerStats
 
 __all__ = [
+    "DEFAULT_SCHEMA",
     "Backoff",
     "DedupRaceError",
     "Delayed",
@@ -89,4 +91,5 @@ __all__ = [
     "UnknownKind",
     "Worker",
     "WorkerStats",
+    "dsn_from_env",
 ]

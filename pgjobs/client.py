@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import asyncpg
@@ -84,6 +85,16 @@ class JobQueue:
     @property
     def schema(self) -> str:
         return self.db.schema
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        """The asyncpg pool, to share with other JobQueues or your own code."""
+        return self.db.pool
+
+    def transaction(self) -> AbstractAsyncContextManager[Connection]:
+        """A pool connection in a transaction, for enqueueing or submitting flows together
+        with your own writes (pass it as ``connection=``): all of it commits, or none."""
+        return self.db.transaction()
 
     async def migrate(self) -> list[int]:
         """Apply pending schema migrations (idempotent, safe to run concurrently)."""
