@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pgjobs
+from bullmq_compat import schedulers
 from bullmq_compat.connection import Connection
 from bullmq_compat.job import Job
 from bullmq_compat.options import KIND, NO_PRIORITY, engine_queue, enqueue_options, state_of
@@ -265,6 +266,64 @@ class Queue:
             "data": data,
             "count": len(points),
         }
+
+    # -- job schedulers --------------------------------------------------------------------
+
+    async def upsertJobScheduler(
+        self,
+        job_scheduler_id: str,
+        repeat_opts: dict[str, Any],
+        job_name: Any = None,
+        job_data: Any = None,
+        opts: dict[str, Any] | None = None,
+        override: bool = True,
+        producer_id: str | None = None,
+    ) -> None:
+        """Create or replace a scheduler: ``every`` (ms) or ``pattern`` (cron, with ``tz``),
+        ``limit``, ``startDate``, ``endDate``, ``immediately``. Accepts Python's
+        ``(job_name, job_data, opts)`` and Node's ``{name, data, opts}`` template. Workers of
+        any queue emit its jobs, one per tick. Returns None (BullMQ returns the next delayed
+        job; here the next run is a time on the schedule, not a job yet)."""
+        name, data, template_opts = schedulers.template(job_name, job_data, opts)
+        merged = {**self.jobsOpts, **template_opts}
+        arguments = schedulers.upsert_arguments(
+            self.prefix, self.name, job_scheduler_id, repeat_opts, name, data, merged
+        )
+        jobs = await self._engine()
+        if not override and await jobs.get_schedule(arguments["name"]) is not None:
+            return
+        await jobs.upsert_schedule(**arguments)
+
+    async def getJobScheduler(self, job_scheduler_id: str) -> dict[str, Any] | None:
+        jobs = await self._engine()
+        schedule = await jobs.get_schedule(
+            schedulers.schedule_name(self.qualifiedName, job_scheduler_id)
+        )
+        return None if schedule is None else schedulers.as_json(job_scheduler_id, schedule)
+
+    async def getJobSchedulers(
+        self, start: int = 0, end: int = -1, asc: bool = False
+    ) -> list[dict[str, Any]]:
+        jobs = await self._engine()
+        prefix = self.qualifiedName + ":"
+        found = [
+            schedulers.as_json(s.name[len(prefix) :], s)
+            for s in await jobs.list_schedules()
+            if s.name.startswith(prefix)
+        ]
+        found.sort(key=lambda s: (s["next"] is None, s["next"] or 0), reverse=not asc)
+        return found[start:] if end < 0 else found[start : end + 1]
+
+    async def getJobSchedulersCount(self) -> int:
+        return len(await self.getJobSchedulers())
+
+    async def removeJobScheduler(self, job_scheduler_id: str) -> bool:
+        """True when a scheduler was removed (BullMQ's documented result; the Python package
+        returns it inverted)."""
+        jobs = await self._engine()
+        return await jobs.remove_schedule(
+            schedulers.schedule_name(self.qualifiedName, job_scheduler_id)
+        )
 
     # -- control ---------------------------------------------------------------------------
 

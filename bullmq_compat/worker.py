@@ -49,6 +49,7 @@ class Worker(EventEmitter):
         self._connection = Connection(self.opts)
         self._jobs: dict[int, Job] = {}
         self._engine_worker: pgjobs.Worker | None = None
+        self._scheduler: pgjobs.Scheduler | None = None
         self._started = asyncio.Event()
         self._task: asyncio.Future[None] | None = None
         if processor is not None and self.opts.get("autorun", True):
@@ -76,8 +77,13 @@ class Worker(EventEmitter):
                 lease=lease,
                 on_event=self._on_engine_event,
             )
+            self._scheduler = jobs.scheduler(poll_interval=1.0)
+            self._scheduler.start()
             self._started.set()
-            await self._engine_worker.run()
+            try:
+                await self._engine_worker.run()
+            finally:
+                await self._scheduler.stop()
         except Exception as exc:
             self.emit("error", exc)
             raise

@@ -35,6 +35,7 @@ _JOB_OPTIONS = {
     "tenant",
     "metadata",
     "delay",
+    "backoff",  # as a dict ({"type", "delay", "max_delay", "jitter"}): stored as JSON
 }
 
 
@@ -126,12 +127,14 @@ class Schedules:
         end_at: datetime | None = None,
         limit: int | None = None,
         immediately: bool = False,
+        job_name: str | None = None,
         **job_options: Any,
     ) -> datetime | None:
         """Create or replace schedule ``name``; returns its next run (None if it has none left).
 
         Exactly one of ``cron`` (5 fields, or 6 with seconds first; in ``timezone``) and
-        ``every`` (seconds). The kind and input are validated now, as are the job options.
+        ``every`` (seconds). ``job_name`` labels each emitted job (default: the kind's
+        ``name(input)``). The kind and input are validated now, as are the job options.
         """
         options.text("name", name, optional=False)
         if (cron is None) == (every is None):
@@ -150,11 +153,19 @@ class Schedules:
             raise InvalidOption("end_at", "must be after start_at")
         if limit is not None:
             options.integer("limit", limit, 1, 2**31 - 1)
+        if job_name is not None:
+            job_options["name"] = (
+                job_name  # the label of each emitted job (``name`` is the schedule's)
+            )
         unknown = set(job_options) - _JOB_OPTIONS
         if unknown:
             raise InvalidOption(
                 sorted(unknown)[0],
                 f"is not an option a schedule can pass to its jobs ({sorted(_JOB_OPTIONS)})",
+            )
+        if "backoff" in job_options and not isinstance(job_options["backoff"], dict | int | float):
+            raise InvalidOption(
+                "backoff", "a schedule stores its backoff as a dict or a number of seconds"
             )
         spec = JobSpec(kind, input, **job_options)
         prepared = prepare(spec, self._registry)  # validates kind, input and options now
@@ -203,7 +214,8 @@ class Schedules:
         only the latest missed tick is emitted, unless ``catch_up`` asks for each of them."""
         emitted = 0
         async with self._db.transaction() as conn:
-            for row in await self._db.fetch("due_schedules", batch, conn=conn):
+            rows = await self._db.fetch("due_schedules", batch, self._registry.names(), conn=conn)
+            for row in rows:
                 emitted += await self._emit(conn, row, catch_up)
         return emitted
 
@@ -284,8 +296,9 @@ class Scheduler:
             try:
                 await self._schedules.emit_due(catch_up=self.catch_up)
                 until = await self._schedules.seconds_until_due()
-            except (OSError, ConnectionError) as exc:
-                logger.warning("scheduler: %s; retrying", exc)
+            except Exception:
+                # One bad schedule or a lost connection must not stop the loop.
+                logger.exception("scheduler: emitting due schedules failed; retrying")
                 until = None
             wait = self.poll_interval if until is None else min(self.poll_interval, max(until, 0.0))
             with contextlib.suppress(TimeoutError):

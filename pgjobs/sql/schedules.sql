@@ -32,11 +32,12 @@ FROM {schema}.schedules WHERE name = $1;
 DELETE FROM {schema}.schedules WHERE name = $1 RETURNING name;
 
 -- name: due_schedules
--- Lock schedules whose tick is due; another emitter running at the same time skips them.
+-- Lock due schedules of the kinds $2 this emitter knows; another emitter running at the same
+-- time skips them (and one that does not know a kind leaves it to one that does).
 SELECT name, kind, payload, options, cron, every_seconds, timezone, start_at, end_at,
        emission_limit, emitted, next_run_at, now() AS db_now
 FROM {schema}.schedules
-WHERE next_run_at IS NOT NULL AND next_run_at <= now()
+WHERE next_run_at IS NOT NULL AND next_run_at <= now() AND kind = ANY($2::text[])
 ORDER BY next_run_at
 LIMIT $1
 FOR UPDATE SKIP LOCKED;

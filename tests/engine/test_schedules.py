@@ -177,3 +177,23 @@ async def test_scheduler_loop_stops_promptly(jobs: JobQueue, report) -> None:
     scheduler = jobs.scheduler(poll_interval=30)
     scheduler.start()
     await asyncio.wait_for(scheduler.stop(), 5)
+
+
+async def test_an_emitter_leaves_kinds_it_does_not_know_to_others(
+    jobs: JobQueue, report, pg_dsn: str
+) -> None:
+    await jobs.upsert_schedule("known", "report", {"account": 1}, every=60, immediately=True)
+    other = await JobQueue.connect(pool=jobs.db.pool, schema=jobs.schema)  # knows no kind
+    assert await other.emit_due_schedules() == 0
+    assert await jobs.emit_due_schedules() == 1
+
+
+async def test_job_name_labels_emitted_jobs_without_renaming_the_schedule(
+    jobs: JobQueue, report
+) -> None:
+    await jobs.upsert_schedule(
+        "sched", "report", {"account": 5}, every=60, immediately=True, job_name="custom"
+    )
+    assert [s.name for s in await jobs.list_schedules()] == ["sched"]
+    assert await jobs.emit_due_schedules() == 1
+    assert [e["name"] for e in await emitted_jobs(jobs)] == ["custom"]
