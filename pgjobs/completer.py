@@ -84,6 +84,14 @@ class Completer:
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_SECONDS)
+            except Exception as exc:
+                # Not transient: give up on this batch and keep the completer alive. The jobs
+                # stay running until their lease expires; then they are rescued and run again.
+                logger.exception("writing %d outcomes failed; their leases will expire", len(batch))
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                return
         for outcome, future in batch:
             owned = outcome.job_id in written
             if not owned:

@@ -264,7 +264,11 @@ class Worker:
                 self.stats.lost += 1
                 self._emit("lost", ctx, {})
             return
-        if await self._completer.submit(outcome):
+        try:
+            written = await self._completer.submit(outcome)
+        except Exception:  # logged by the completer; the lease brings the job back
+            return
+        if written:
             self._count(outcome)
             self._emit(_event_of(outcome), ctx, _detail_of(outcome))
         else:

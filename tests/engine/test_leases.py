@@ -240,3 +240,39 @@ async def test_a_job_killed_by_its_last_lease_resolves_its_dependents(
     await eventually(cascaded)
     await rescuer.stop()
     await first.stop(timeout=0.1)
+
+
+async def test_a_failed_outcome_write_neither_hangs_the_worker_nor_loses_the_job(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    runs: list[int] = []
+
+    @registry.kind("unlucky", input=Task, max_attempts=3)
+    async def unlucky(ctx: JobContext, task: Task) -> int:
+        runs.append(ctx.attempts)
+        return ctx.attempts
+
+    original = jobs.db.fetch
+    failures = 0
+
+    async def failing_once(name, *args, **kw):
+        nonlocal failures
+        if name == "finish" and failures == 0:
+            failures += 1
+            raise ValueError("injected: the outcome write fails once")  # not a connection error
+        return await original(name, *args, **kw)
+
+    jobs.db.fetch = failing_once  # type: ignore[method-assign]
+    result = await jobs.enqueue("unlucky", {})
+    worker = jobs.worker(concurrency=1, lease=0.5, heartbeat_interval=0.1, rescue_interval=0.1)
+    worker.start()
+
+    async def completed() -> bool:
+        row = await jobs.get(result.id)
+        return row is not None and row.status is Status.COMPLETED
+
+    await eventually(completed)
+    await asyncio.wait_for(worker.stop(), 20)  # and the worker still stops
+    assert runs == [1, 2] and failures == 1
+    row = await jobs.get(result.id)
+    assert row is not None and row.output == 2 and row.last_error["type"] == "LeaseExpired"
