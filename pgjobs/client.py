@@ -8,8 +8,9 @@ from typing import Any
 
 import asyncpg
 
-from pgjobs import jsonvalue, migrate
+from pgjobs import migrate
 from pgjobs.config import DEFAULT_SCHEMA, dsn_from_env
+from pgjobs.context import read_prerequisites
 from pgjobs.enqueue import JobSpec, insert_many, insert_one, prepare
 from pgjobs.errors import SchemaMissing
 from pgjobs.executor import Connection, Database
@@ -23,12 +24,13 @@ from pgjobs.models import (
     FlowView,
     JobFilter,
     JobRow,
+    LogPage,
     MetricsBucket,
     PurgeResult,
     QueueStats,
     SubState,
 )
-from pgjobs.ops import LogPage, Operations, RunningPolicy
+from pgjobs.ops import Operations, RunningPolicy
 from pgjobs.queues import QueueControl, QueueSettings
 from pgjobs.schedules import Schedule, Scheduler, Schedules
 from pgjobs.tracking import Granularity, Tracking, job_row
@@ -203,15 +205,7 @@ class JobQueue:
     async def prerequisite_results(self, job_id: int) -> list[dict[str, Any]]:
         """Each prerequisite of ``job_id``: id, kind, name, queue, status, output, edge policy,
         edge state and the failure recorded on the edge."""
-        rows = await self.db.fetch("prerequisite_results", job_id)
-        return [
-            {
-                **dict(row),
-                "output": jsonvalue.loads(row["output"]),
-                "failure": jsonvalue.loads(row["failure"]),
-            }
-            for row in rows
-        ]
+        return await read_prerequisites(self.db, job_id)
 
     # -- operations ------------------------------------------------------------------------
 

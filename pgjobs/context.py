@@ -15,6 +15,20 @@ from pgjobs.executor import Connection, Database
 _UNSET: Any = object()
 
 
+async def read_prerequisites(db: Database, job_id: int) -> list[dict[str, Any]]:
+    """Each prerequisite of ``job_id``: id, kind, name, queue, status, output (decoded), and
+    the policy, state and recorded failure (decoded) of its edge."""
+    rows = await db.fetch("prerequisite_results", job_id)
+    return [
+        {
+            **dict(row),
+            "output": jsonvalue.loads(row["output"]),
+            "failure": jsonvalue.loads(row["failure"]),
+        }
+        for row in rows
+    ]
+
+
 class JobContext:
     """The running job: identity, counters, and writes fenced by this claim's lock token.
 
@@ -114,15 +128,7 @@ class JobContext:
     async def prerequisites(self) -> list[dict[str, Any]]:
         """This job's prerequisites in its flow: id, kind, name, queue, status, output, and the
         policy, state and recorded failure of each edge."""
-        rows = await self._db.fetch("prerequisite_results", self.id)
-        return [
-            {
-                **dict(row),
-                "output": jsonvalue.loads(row["output"]),
-                "failure": jsonvalue.loads(row["failure"]),
-            }
-            for row in rows
-        ]
+        return await read_prerequisites(self._db, self.id)
 
     @asynccontextmanager
     async def transaction(self, progress: Any = _UNSET) -> AsyncIterator[Connection]:

@@ -127,6 +127,20 @@ class JobFilter:
 
 
 @dataclass(frozen=True, slots=True)
+class LogLine:
+    line: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LogPage:
+    """One page of a job's log lines, oldest first, and how many there are in all."""
+
+    lines: list[LogLine]
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
 class PurgeResult:
     """``deleted`` rows, and running rows left alone (``skip`` policy), counted after cascades."""
 

@@ -4,8 +4,6 @@ transaction; ids-based actions are scoped to a tenant unless ``any_tenant`` is s
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 import asyncpg
@@ -15,25 +13,13 @@ from pgjobs.config import notify_channel
 from pgjobs.errors import InvalidOption
 from pgjobs.executor import Connection, Database
 from pgjobs.kinds import Registry
-from pgjobs.models import JobFilter, PurgeResult
+from pgjobs.models import JobFilter, LogLine, LogPage, PurgeResult
 from pgjobs.sql import filters
 
 T = TypeVar("T")
 RunningPolicy = Literal["skip", "cancel"]
 MAX_DEADLOCK_RETRIES = 5
 MAX_LOG_LINE_BYTES = 64 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class LogLine:
-    line: str
-    created_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class LogPage:
-    lines: list[LogLine]
-    total: int
 
 
 class Operations:
