@@ -11,6 +11,7 @@ from bullmq_compat.errors import (
 from bullmq_compat.flow_producer import FlowProducer
 from bullmq_compat.job import Job
 from bullmq_compat.queue import MetricsTime, Queue
+from bullmq_compat.queue_events import QueueEvents, QueueEventsProducer
 from bullmq_compat.worker import Worker
 
 __all__ = [
@@ -19,6 +20,8 @@ __all__ = [
     "Job",
     "MetricsTime",
     "Queue",
+    "QueueEvents",
+    "QueueEventsProducer",
     "RateLimitError",
     "UnrecoverableError",
     "WaitingChildrenError",

@@ -12,6 +12,7 @@ from pgjobs import JobContext, JobFilter, JobRow, Status
 
 if TYPE_CHECKING:
     from bullmq_compat.queue import Queue
+    from bullmq_compat.queue_events import QueueEvents
 
 
 def _ms(value: datetime | None) -> int | None:
@@ -127,6 +128,44 @@ class Job:
 
     async def isWaitingChildren(self) -> bool:
         return await self.getState() == "waiting-children"
+
+    async def isFinished(self) -> bool:
+        return await self.getState() in ("completed", "failed")
+
+    async def waitUntilFinished(self, queueEvents: QueueEvents, ttl: float | None = None) -> Any:
+        """The return value once the job completes; raises ``Exception(failedReason)`` once it
+        fails for good, ``TimeoutError`` after ``ttl`` ms. Listens first, then looks, so a job
+        that finished before the call is not missed."""
+        await queueEvents.waitUntilReady()
+        loop = asyncio.get_running_loop()
+        outcome: asyncio.Future[Any] = loop.create_future()
+
+        def completed(args: dict[str, Any], _id: str) -> None:
+            if not outcome.done():
+                outcome.set_result(args.get("returnvalue"))
+
+        def failed(args: dict[str, Any], _id: str) -> None:
+            if not outcome.done():
+                outcome.set_exception(Exception(args.get("failedReason")))
+
+        queueEvents.on(f"completed:{self.id}", completed)
+        queueEvents.on(f"failed:{self.id}", failed)
+        try:
+            row = await self._row()
+            if row is not None and row.status is Status.COMPLETED:
+                return row.output
+            if row is not None and row.status in (Status.DEAD, Status.CANCELLED):
+                raise Exception((row.last_error or {}).get("message", "failed"))
+            try:
+                return await asyncio.wait_for(outcome, None if ttl is None else ttl / 1000)
+            except TimeoutError:
+                raise TimeoutError(
+                    f"Job wait {self.name} timed out before finishing, no finish notification "
+                    f"arrived after {ttl}ms (id={self.id})"
+                ) from None
+        finally:
+            queueEvents.off(f"completed:{self.id}", completed)
+            queueEvents.off(f"failed:{self.id}", failed)
 
     # -- writes ----------------------------------------------------------------------------
 

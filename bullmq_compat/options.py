@@ -66,7 +66,6 @@ def _backoff(value: Any) -> Backoff | None:
 
 
 _UNSUPPORTED = {
-    "lifo": "LIFO ordering is not supported yet by the pgjobs facade",
     "repeat": "`repeat` was removed in BullMQ v5: use queue.upsertJobScheduler(...)",
     "debounce": "`debounce` was removed in BullMQ v5: use deduplication {id, ttl, extend, replace}",
     "parent": "`parent` on add is not supported yet: use FlowProducer",
@@ -74,9 +73,10 @@ _UNSUPPORTED = {
 
 
 def enqueue_options(
-    name: str, opts: dict[str, Any], prefix: str, queue_name: str
+    name: str, opts: dict[str, Any], prefix: str, queue_name: str, *, events: bool = True
 ) -> dict[str, Any]:
-    """Engine enqueue options for ``Queue.add(name, data, opts)``."""
+    """Engine enqueue options for ``Queue.add(name, data, opts)``. ``events``: log the job's
+    transitions for ``QueueEvents`` (off when the queue's ``streams.events.maxLen`` is 0)."""
     for key, why in _UNSUPPORTED.items():
         if opts.get(key):
             raise InvalidOption(key, why)
@@ -89,13 +89,16 @@ def enqueue_options(
     if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
         raise InvalidOption("delay", f"must be milliseconds >= 0, got {delay!r}")
     attempts = opts.get("attempts") or 1
+    priority = to_engine_priority(opts.get("priority"))
+    # BullMQ ignores lifo for prioritized and delayed adds.
+    lifo = bool(opts.get("lifo")) and priority == NO_PRIORITY and not delay
     job_id = opts.get("jobId")
     if job_id is not None and not isinstance(job_id, str):
         job_id = str(job_id)
     return {
         "queue": engine_queue(prefix, queue_name),
         "name": name if name else "__default__",
-        "priority": to_engine_priority(opts.get("priority")),
+        "priority": priority,
         "delay": delay / 1000 if delay else None,
         "max_attempts": attempts,
         "backoff": _backoff(opts.get("backoff")),
@@ -105,6 +108,8 @@ def enqueue_options(
         "keep_completed": _keep("removeOnComplete", opts.get("removeOnComplete")),
         "keep_dead": _keep("removeOnFail", opts.get("removeOnFail")),
         "metadata": {"opts": opts},
+        "events": events,
+        "lifo": lifo,
     }
 
 

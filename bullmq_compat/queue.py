@@ -8,8 +8,15 @@ from typing import Any
 import pgjobs
 from bullmq_compat import schedulers
 from bullmq_compat.connection import Connection
-from bullmq_compat.job import Job
-from bullmq_compat.options import KIND, NO_PRIORITY, engine_queue, enqueue_options, state_of
+from bullmq_compat.job import Job, job_id_of
+from bullmq_compat.options import (
+    KIND,
+    NO_PRIORITY,
+    engine_queue,
+    enqueue_options,
+    state_of,
+    to_engine_priority,
+)
 from pgjobs import JobFilter, JobRow, JobSpec, SubState
 
 
@@ -49,6 +56,9 @@ _SUB_STATES: dict[str, tuple[SubState, ...]] = {
 }
 
 
+_CLEANABLE = {"completed", "failed", "delayed", "wait", "waiting", "prioritized", "active"}
+
+
 def facade_registry() -> pgjobs.Registry:
     registry = pgjobs.Registry()
     registry.declare(KIND, input=Any)
@@ -74,6 +84,8 @@ class Queue:
         self._shared = _connection is not None
         self._connection = _connection or Connection(self.opts)
         self._registry = facade_registry()
+        events_opts = ((self.opts.get("streams") or {}).get("events")) or {}
+        self._record_events = events_opts.get("maxLen", 10_000) != 0
 
     async def _engine(self) -> pgjobs.JobQueue:
         return await self._connection.open(self._registry)
@@ -87,7 +99,7 @@ class Queue:
         self, name: str, data: Any, opts: dict[str, Any] | None
     ) -> tuple[JobSpec, dict[str, Any]]:
         merged = {**self.jobsOpts, **(opts or {})}
-        options = enqueue_options(name, merged, self.prefix, self.name)
+        options = enqueue_options(name, merged, self.prefix, self.name, events=self._record_events)
         return JobSpec(KIND, data, **options), merged
 
     async def add(self, name: str, data: Any, opts: dict[str, Any] | None = None) -> Job:
@@ -96,6 +108,8 @@ class Queue:
         jobs = await self._engine()
         spec, merged = self._spec(name, data, opts)
         result = (await jobs.enqueue_many([spec]))[0]
+        if result.duplicate:
+            await self._report_duplicate(jobs, merged, result.id)
         return self._added(name, data, merged, result.id)
 
     async def addBulk(self, jobs: list[dict[str, Any]]) -> list[Job]:
@@ -103,10 +117,35 @@ class Queue:
         engine = await self._engine()
         specs = [self._spec(j["name"], j.get("data"), j.get("opts")) for j in jobs]
         results = await engine.enqueue_many([spec for spec, _ in specs])
+        for (_, merged), result in zip(specs, results, strict=True):
+            if result.duplicate:
+                await self._report_duplicate(engine, merged, result.id)
         return [
             self._added(j["name"], j.get("data"), merged, result.id)
             for j, (_, merged), result in zip(jobs, specs, results, strict=True)
         ]
+
+    async def _report_duplicate(
+        self, jobs: pgjobs.JobQueue, opts: dict[str, Any], holder_id: int
+    ) -> None:
+        """The ``duplicated`` / ``deduplicated`` events BullMQ writes for a dropped add."""
+        if not self._record_events:
+            return
+        job_id = opts.get("jobId")
+        if job_id is not None:
+            await jobs.publish_event(self.qualifiedName, "duplicated", {"jobId": str(job_id)})
+            return
+        holder = await jobs.get(holder_id, any_tenant=True)
+        dedup = opts.get("deduplication") or {}
+        await jobs.publish_event(
+            self.qualifiedName,
+            "deduplicated",
+            {
+                "jobId": job_id_of(holder_id, holder.job_key if holder else None),
+                "deduplicationId": str(dedup.get("id")),
+                "deduplicatedJobId": None,
+            },
+        )
 
     def _added(self, name: str, data: Any, opts: dict[str, Any], engine_id: int) -> Job:
         job_id = opts.get("jobId")
@@ -181,6 +220,23 @@ class Queue:
 
     async def getWaitingChildrenCount(self) -> int:
         return await self.getJobCountByTypes("waiting-children")
+
+    async def getCountsPerPriority(self, priorities: list[int]) -> dict[str, int]:
+        """Waiting (0) and prioritized jobs per BullMQ priority."""
+        jobs = await self._engine()
+        counts: dict[str, int] = {}
+        for priority in dict.fromkeys(priorities):
+            ready = await jobs.substate_counts(
+                self._filter(priority=to_engine_priority(priority), sub_state=(SubState.READY,))
+            )
+            counts[str(priority)] = ready[SubState.READY]
+        return counts
+
+    async def getDeduplicationJobId(self, deduplication_id: str) -> str | None:
+        """The id of the job holding this simple deduplication id, if any."""
+        jobs = await self._engine()
+        row = await jobs.get_by_dedup_key(self.qualifiedName, str(deduplication_id))
+        return None if row is None else job_id_of(row.id, row.job_key)
 
     async def getJobs(
         self,
@@ -356,6 +412,69 @@ class Queue:
         if not force and await self.getActiveCount():
             raise RuntimeError("Cannot obliterate queue with active jobs")
         await jobs.purge(JobFilter(queue=self.qualifiedName), running="cancel" if force else "skip")
+
+    async def clean(self, grace: int, limit: int = 0, type: str = "completed") -> list[str]:
+        """Remove jobs of state ``type`` older than ``grace`` ms (finished for completed and
+        failed, added for the others), at most ``limit`` (0: all); returns their ids."""
+        if type not in _CLEANABLE:
+            raise ValueError(f"clean type must be one of {sorted(_CLEANABLE)}, got {type!r}")
+        jobs = await self._engine()
+        cutoff = datetime.now(UTC) - timedelta(milliseconds=grace)
+        age = (
+            {"finished_before": cutoff}
+            if type in ("completed", "failed")
+            else {"created_before": cutoff}
+        )
+        where = self._filter(sub_state=_SUB_STATES[type], **age)
+        if type in ("waiting", "wait", "prioritized"):
+            where = self._filter(
+                sub_state=_SUB_STATES[type],
+                priority=NO_PRIORITY if type != "prioritized" else None,
+                **age,
+            )
+        candidates = await self._list_all(where, limit or None)
+        if type == "prioritized":
+            candidates = [r for r in candidates if r.priority != NO_PRIORITY]
+        if not candidates:
+            return []
+        ids = tuple(r.id for r in candidates)
+        await jobs.purge(JobFilter(ids=ids, queue=self.qualifiedName, sub_state=_SUB_STATES[type]))
+        left = {r.id for r in await jobs.list_jobs(JobFilter(ids=ids), limit=len(ids))}
+        removed = [job_id_of(r.id, r.job_key) for r in candidates if r.id not in left]
+        if self._record_events and removed:
+            await jobs.publish_event(self.qualifiedName, "cleaned", {"count": str(len(removed))})
+        return removed
+
+    async def _list_all(self, where: JobFilter, limit: int | None) -> list[JobRow]:
+        jobs = await self._engine()
+        rows: list[JobRow] = []
+        while limit is None or len(rows) < limit:
+            page_size = 1000 if limit is None else min(1000, limit - len(rows))
+            page = await jobs.list_jobs(where, limit=page_size, offset=len(rows), oldest_first=True)
+            rows.extend(page)
+            if len(page) < page_size:
+                break
+        return rows
+
+    async def retryJobs(self, opts: dict[str, Any] | None = None) -> None:
+        """Move every ``failed`` (or ``completed``, with ``state``) job back to waiting,
+        finished before ``timestamp`` (ms) if given."""
+        opts = opts or {}
+        state = opts.get("state", "failed")
+        if state not in ("failed", "completed"):
+            raise ValueError(f"retryJobs state must be 'failed' or 'completed', got {state!r}")
+        timestamp = opts.get("timestamp")
+        before = None if timestamp is None else datetime.fromtimestamp(timestamp / 1000, UTC)
+        jobs = await self._engine()
+        await jobs.requeue_finished(
+            self._filter(sub_state=_SUB_STATES[state], finished_before=before)
+        )
+
+    async def promoteJobs(self, opts: dict[str, Any] | None = None) -> None:
+        """Make every delayed job of the queue due now."""
+        jobs = await self._engine()
+        for row in await self._list_all(self._filter(sub_state=_SUB_STATES["delayed"]), None):
+            await jobs.promote(row.id, any_tenant=True)
 
     async def setGlobalConcurrency(self, concurrency: int) -> None:
         await (await self._engine()).set_concurrency(self.qualifiedName, concurrency)

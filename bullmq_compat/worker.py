@@ -105,7 +105,11 @@ class Worker(EventEmitter):
         except DelayedError:
             until = job._delay_until_ms
             raise Delayed(max(0.0, ((until or 0) / 1000) - time.time())) from None
-        except (WaitingChildrenError, RateLimitError) as exc:
+        except RateLimitError:
+            # After worker.rateLimit(ms): back to waiting, no attempt used; the queue's limit
+            # keeps every worker from taking it before the window ends.
+            raise Delayed(0, "rate limited") from None
+        except WaitingChildrenError as exc:
             job._record_failure(exc)
             raise Fatal(f"{type(exc).__name__} is not supported yet by the pgjobs facade") from exc
         except Exception as exc:
@@ -147,6 +151,31 @@ class Worker(EventEmitter):
         await self._queue.close()
         self.closed = True
         self.emit("closed")
+
+    RateLimitError = RateLimitError
+
+    async def rateLimit(self, expire_time_ms: int) -> None:
+        """Hand out no job of this queue, to any worker, for ``expire_time_ms``; then raise
+        ``Worker.RateLimitError()`` from the processor to put the current job back."""
+        await self._queue.rateLimit(expire_time_ms)
+
+    async def pause(self, doNotWaitActive: bool = False) -> None:
+        """Stop taking jobs; unless ``doNotWaitActive``, return once the running ones end."""
+        await self._started.wait()
+        if self._engine_worker is not None:
+            await self._engine_worker.pause(wait_for_running=not doNotWaitActive)
+        self.emit("paused")
+
+    def resume(self) -> None:
+        if self._engine_worker is not None:
+            self._engine_worker.resume()
+        self.emit("resumed")
+
+    def isPaused(self) -> bool:
+        return self._engine_worker is not None and self._engine_worker.paused
+
+    def isRunning(self) -> bool:
+        return self.running
 
     async def waitUntilReady(self) -> None:
         await self._started.wait()

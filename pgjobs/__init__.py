@@ -21,6 +21,7 @@ from pgjobs.errors import (
     SchemaMissing,
     UnknownKind,
 )
+from pgjobs.events import EventStream
 from pgjobs.flows import EdgePolicy, Flow, SubmittedFlow
 from pgjobs.kinds import Kind, Registry
 from pgjobs.models import (
@@ -30,6 +31,7 @@ from pgjobs.models import (
     FlowNode,
     FlowSummary,
     FlowView,
+    JobEvent,
     JobFilter,
     JobRow,
     Keep,
@@ -52,6 +54,7 @@ __all__ = [
     "DuplicateKind",
     "EdgePolicy",
     "EnqueueResult",
+    "EventStream",
     "Fatal",
     "Flow",
     "FlowConflict",
@@ -68,6 +71,7 @@ __all__ = [
     "InvalidOption",
     "InvalidSchemaName",
     "JobContext",
+    "JobEvent",
     "JobFilter",
     "JobLost",
     "JobQueue",

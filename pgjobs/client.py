@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import asyncpg
 
-from pgjobs import migrate
+from pgjobs import events, migrate
 from pgjobs.config import DEFAULT_SCHEMA, dsn_from_env
 from pgjobs.context import read_prerequisites
 from pgjobs.enqueue import JobSpec, insert_many, insert_one, prepare
 from pgjobs.errors import SchemaMissing
+from pgjobs.events import EventStream
 from pgjobs.executor import Connection, Database
 from pgjobs.flows import Flow, Flows, SubmittedFlow
 from pgjobs.kinds import Kind, Registry
@@ -123,7 +124,9 @@ class JobQueue:
 
         Options: ``queue``, ``priority`` (higher first), ``run_at`` or ``delay`` (seconds),
         ``max_attempts``, ``backoff``, ``max_deferrals``, ``name``, ``dedup_key``,
-        ``group_key``, ``tenant``, ``metadata``. With ``connection``, the job is written in
+        ``group_key``, ``tenant``, ``metadata``, ``job_key``, ``keep_completed``, ``keep_dead``,
+        ``events`` (log its transitions, see ``events``), ``lifo`` (run before the jobs of its
+        priority already waiting). With ``connection``, the job is written in
         the caller's transaction: it exists (and wakes workers) only if that commits.
         With ``dedup_key``, an in-flight job holding the key is returned with
         ``duplicate=True`` instead of a new one.
@@ -238,6 +241,11 @@ class JobQueue:
         base = where or JobFilter()
         return await self._ops.requeue(JobFilter(**{**_fields(base), "status": "dead"}))
 
+    async def requeue_finished(self, where: JobFilter) -> list[int]:
+        """Re-drive every finished job (completed, dead or cancelled) matching ``where`` as a
+        new life cycle, in one transaction; returns their ids."""
+        return await self._ops.requeue(where)
+
     async def promote(
         self, job_id: int, *, tenant: str | None = None, any_tenant: bool = False
     ) -> bool:
@@ -323,6 +331,37 @@ class JobQueue:
 
     async def queue_settings(self, queue: str) -> QueueSettings:
         return await self._queues.settings(queue)
+
+    # -- event log -------------------------------------------------------------------------
+
+    def events(
+        self,
+        queues: Sequence[str],
+        *,
+        after: str | None = None,
+        tenant: str | None = None,
+        any_tenant: bool = False,
+    ) -> EventStream:
+        """The event log of ``queues``: transitions of jobs enqueued with ``events=True`` and
+        queue events. ``after``: None for events from now on, ``"0"`` for all the log holds, or
+        a ``JobEvent.cursor`` to resume after that event. Tenant-scoped like every read.
+
+        >>> async with jobs.events(["mail"]) as stream:
+        ...     async for event in stream: ...
+        """
+        return EventStream(self.db, queues, after=after, tenant=tenant, any_tenant=any_tenant)
+
+    async def publish_event(
+        self,
+        queue: str,
+        event: str,
+        data: Any = None,
+        *,
+        tenant: str | None = None,
+        connection: Connection | None = None,
+    ) -> None:
+        """Append a queue-level event to the log (commits with ``connection``'s transaction)."""
+        await events.publish(self.db, queue, event, data, tenant=tenant, conn=connection)
 
     # -- schedules -------------------------------------------------------------------------
 

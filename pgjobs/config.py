@@ -32,3 +32,9 @@ def dsn_from_env(default: str | None = DEFAULT_LOCAL_DSN) -> str | None:
 def notify_channel(schema: str) -> str:
     """The LISTEN/NOTIFY channel on which enqueues announce their queue."""
     return f"{validate_schema(schema)}_jobs"
+
+
+def events_channel(schema: str) -> str:
+    """The channel on which the event log announces the queue of each new event (the trigger of
+    migration 0004 builds the same name)."""
+    return f"{validate_schema(schema)}_events"

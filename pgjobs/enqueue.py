@@ -6,8 +6,9 @@ leaves a half-written batch.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pgjobs import jsonvalue, options
@@ -43,6 +44,10 @@ class JobSpec:
     job_key: str | None = None
     keep_completed: Keep | None = None
     keep_dead: Keep | None = None
+    events: bool = False
+    """Append every transition of this job to the event log (``JobQueue.events``)."""
+    lifo: bool = False
+    """Run before every job of the same priority already waiting (newest first)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +72,7 @@ class PreparedJob:
     retention: str | None = None
     flow_id: int | None = None
     pending_deps: int = 0
+    record_events: bool = False
 
     def key_identity(self) -> tuple[str, str, str] | None:
         if self.job_key is None:
@@ -79,6 +85,22 @@ class PreparedJob:
         return (self.queue, self.dedup_key, self.tenant or "")
 
 
+# LIFO without a second sort key: the claim order is (priority DESC, run_at, id), so a LIFO job
+# is given a run_at mirrored about this instant, decreasing as time increases. It sorts before
+# every ordinary job (whose run_at is after the mirror) and before every older LIFO job.
+_LIFO_MIRROR_NS = 946_684_800 * 10**9  # 2000-01-01T00:00:00Z
+_last_lifo_ns = 0
+
+
+def lifo_run_at() -> datetime:
+    """A due time earlier than that of every job enqueued before, strictly decreasing."""
+    global _last_lifo_ns
+    now_ns = max(time.time_ns(), _last_lifo_ns + 1000)
+    _last_lifo_ns = now_ns
+    mirrored_us = (2 * _LIFO_MIRROR_NS - now_ns) // 1000
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=mirrored_us)
+
+
 def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
     """Validate ``spec`` against its kind and the option rules; raise naming the field at fault."""
     kind = spec.kind if isinstance(spec.kind, Kind) else registry.get(spec.kind)
@@ -86,6 +108,11 @@ def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
     payload = kind.encode(typed)
     if spec.run_at is not None and spec.delay is not None:
         raise InvalidOption("delay", "give either run_at or delay, not both")
+    run_at = options.run_at(spec.run_at)
+    if spec.lifo:
+        if run_at is not None or spec.delay:
+            raise InvalidOption("lifo", "a LIFO job cannot also be delayed")
+        run_at = lifo_run_at()
     metadata = None
     if spec.metadata is not None:
         try:
@@ -111,7 +138,7 @@ def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
         name=options.text("name", name, optional=False) or "",
         payload=payload,
         priority=options.priority(spec.priority if spec.priority is not None else kind.priority),
-        run_at=options.run_at(spec.run_at),
+        run_at=run_at,
         delay=options.delay_seconds(spec.delay),
         max_attempts=options.max_attempts(
             spec.max_attempts if spec.max_attempts is not None else kind.max_attempts
@@ -128,6 +155,7 @@ def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
         metadata=metadata,
         job_key=options.text("job_key", spec.job_key),
         retention=jsonvalue.dumps(retention) if retention else None,
+        record_events=bool(spec.events),
     )
 
 
@@ -151,6 +179,7 @@ def _row_args(job: PreparedJob) -> tuple[Any, ...]:
         job.retention,
         job.flow_id,
         job.pending_deps,
+        job.record_events,
     )
 
 

@@ -30,6 +30,10 @@ class GcInput(pydantic.BaseModel):
     cancelled_after: float | None = pydantic.Field(default=7 * DAY, ge=0)
     flow_rows_after: float = pydantic.Field(default=DAY, ge=0)
     batch: int = pydantic.Field(default=10_000, ge=1, le=1_000_000)
+    events_per_queue: int = pydantic.Field(default=10_000, ge=0)
+    """The event log keeps this many newest events of each queue (BullMQ's stream length)."""
+    events_after: float = pydantic.Field(default=DAY, ge=0)
+    """... and none older than this."""
 
 
 class SweepInput(pydantic.BaseModel):
@@ -58,7 +62,10 @@ async def collect_garbage(db: Database, params: GcInput) -> dict[str, Any]:
             if len(rows) < params.batch:
                 break
         flows = await db.fetch("gc_flows", params.flow_rows_after, conn=conn)
-    return {"deleted_jobs": deleted, "deleted_flows": len(flows)}
+        events = await db.fetchval(
+            "trim_events", params.events_per_queue, params.events_after, conn=conn
+        )
+    return {"deleted_jobs": deleted, "deleted_flows": len(flows), "deleted_events": events}
 
 
 async def sweep_metrics(db: Database, params: SweepInput) -> dict[str, Any]:

@@ -221,3 +221,22 @@ class MetricsBucket:
     completed: int
     dead: int
     cancelled: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    """One entry of the event log. ``event`` is one of: added, active, progress, completed,
+    failed (dead), retrying, deferred, stalled, released (prerequisites done), requeued,
+    rescheduled (due time moved while pending), cancelled, removed; or a queue event (paused,
+    resumed, or any name given to ``publish_event``) with ``job_id`` None. ``prev`` is the
+    status the job left; ``cursor`` resumes a stream just after this event."""
+
+    cursor: str
+    queue: str
+    event: str
+    job_id: int | None
+    job_key: str | None
+    tenant: str | None
+    prev: str | None
+    data: dict[str, Any]
+    at: datetime

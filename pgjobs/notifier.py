@@ -80,6 +80,8 @@ class Notifier:
                         await conn.remove_listener(self._channel, self._deliver)
                 raise
             except Exception as exc:
+                if self._pool.is_closing():
+                    return  # the owner closed the pool: nothing left to listen with
                 logger.warning(
                     "LISTEN %s lost (%s); reconnecting in %.1fs", self._channel, exc, delay
                 )

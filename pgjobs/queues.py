@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pgjobs import options
+from pgjobs import events, options
 from pgjobs.config import notify_channel
 from pgjobs.errors import InvalidOption
 from pgjobs.executor import Database
@@ -33,7 +33,7 @@ class QueueControl:
         self._db = db
         self._channel = notify_channel(db.schema)
 
-    async def _set(self, queue: str, fields: list[str], **values: Any) -> None:
+    async def _set(self, queue: str, fields: list[str], conn: Any = None, **values: Any) -> None:
         await self._db.fetchrow(
             "upsert_queue_setting",
             options.queue(queue),
@@ -45,13 +45,19 @@ class QueueControl:
             values.get("rate_period"),
             values.get("limited_until"),
             self._channel,
+            conn=conn,
         )
 
     async def pause(self, queue: str) -> None:
-        await self._set(queue, ["paused"], paused=True)
+        """Stop handing out the queue's jobs; a ``paused`` event is logged with the change."""
+        async with self._db.transaction() as conn:
+            await self._set(queue, ["paused"], conn, paused=True)
+            await events.publish(self._db, queue, "paused", conn=conn)
 
     async def resume(self, queue: str) -> None:
-        await self._set(queue, ["paused"], paused=False)
+        async with self._db.transaction() as conn:
+            await self._set(queue, ["paused"], conn, paused=False)
+            await events.publish(self._db, queue, "resumed", conn=conn)
 
     async def set_concurrency(self, queue: str, limit: int | None) -> None:
         await self._set(queue, ["concurrency"], concurrency=_cap("concurrency", limit))

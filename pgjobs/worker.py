@@ -122,6 +122,7 @@ class Worker:
         self._channel = notify_channel(db.schema)
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
+        self._paused = False
         self._running: dict[int, tuple[JobContext, asyncio.Task[None]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._releasing = False
@@ -173,6 +174,23 @@ class Worker:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._main
 
+    async def pause(self, *, wait_for_running: bool = True) -> None:
+        """Stop claiming (running handlers go on); with ``wait_for_running``, return once they
+        have all finished. Queue-wide pausing is ``JobQueue.pause``."""
+        self._paused = True
+        if wait_for_running:
+            while self._tasks:
+                await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def resume(self) -> None:
+        """Claim again after ``pause``."""
+        self._paused = False
+        self._wake.set()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
     # -- claiming --------------------------------------------------------------------------
 
     def _on_notify(self, queue: str | None) -> None:
@@ -184,6 +202,9 @@ class Worker:
         while not self._stopping.is_set():
             self._wake.clear()
             free = self.concurrency - len(self._running)
+            if self._paused:
+                await self._wake.wait()
+                continue
             if free <= 0:
                 await self._wake.wait()
                 continue

@@ -28,6 +28,7 @@ _FILES = (
     "schedules.sql",
     "maintenance.sql",
     "tracking.sql",
+    "events.sql",
 )
 
 

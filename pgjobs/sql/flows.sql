@@ -52,11 +52,12 @@ WITH src AS MATERIALIZED (
 cloned AS (
     INSERT INTO {schema}.jobs (id, queue, kind, name, payload, priority, max_attempts,
                                max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
-                               retention, flow_id, pending_deps)
+                               retention, flow_id, pending_deps, record_events)
     SELECT s.new_id, s.queue, s.kind, s.name, s.payload, s.priority, s.max_attempts,
            s.max_deferrals, s.backoff, s.dedup_key, s.group_key, s.tenant, s.metadata,
            s.retention, $2,
-           (SELECT count(*) FROM {schema}.job_edges e WHERE e.dependent_id = s.id)
+           (SELECT count(*) FROM {schema}.job_edges e WHERE e.dependent_id = s.id),
+           s.record_events
     FROM src s ORDER BY s.id
     RETURNING id, queue
 ),

@@ -18,13 +18,13 @@ SELECT max(version) FROM {schema}.migrations;
 WITH ins AS (
     INSERT INTO {schema}.jobs (queue, kind, name, payload, priority, run_at, max_attempts,
                                max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
-                               job_key, retention, flow_id, pending_deps)
+                               job_key, retention, flow_id, pending_deps, record_events)
     VALUES ($1, $2, $3, $4::text::jsonb, $5,
             coalesce($6::timestamptz, now() + make_interval(secs => coalesce($7::float8, 0))),
             $8, $9, $10::text::jsonb, $11, $12, $13, $14::text::jsonb, $15, $16::text::jsonb,
-            $17, $18)
+            $17, $18, $19)
     ON CONFLICT DO NOTHING
-    RETURNING id, pg_notify($19, queue)
+    RETURNING id, pg_notify($20, queue)
 )
 SELECT id, false AS duplicate FROM ins
 UNION ALL
@@ -42,25 +42,26 @@ WITH src AS MATERIALIZED (
     SELECT nextval('{schema}.jobs_id_seq') AS id, u.*
     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::timestamptz[],
                 $7::float8[], $8::int[], $9::int[], $10::text[], $11::text[], $12::text[],
-                $13::text[], $14::text[], $15::text[], $16::text[], $17::bigint[], $18::int[])
+                $13::text[], $14::text[], $15::text[], $16::text[], $17::bigint[], $18::int[],
+                $19::bool[])
          WITH ORDINALITY AS u(queue, kind, name, payload, priority, run_at, delay, max_attempts,
                               max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
-                              job_key, retention, flow_id, pending_deps, ord)
+                              job_key, retention, flow_id, pending_deps, record_events, ord)
 ),
 ins AS (
     INSERT INTO {schema}.jobs (id, queue, kind, name, payload, priority, run_at, max_attempts,
                                max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
-                               job_key, retention, flow_id, pending_deps)
+                               job_key, retention, flow_id, pending_deps, record_events)
     SELECT id, queue, kind, name, payload::jsonb, priority,
            coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
            max_attempts, max_deferrals, backoff::jsonb, dedup_key, group_key, tenant,
-           metadata::jsonb, job_key, retention::jsonb, flow_id, pending_deps
+           metadata::jsonb, job_key, retention::jsonb, flow_id, pending_deps, record_events
     FROM src ORDER BY ord
     ON CONFLICT DO NOTHING
     RETURNING id
 ),
 notified AS (
-    SELECT pg_notify($19, q.queue) FROM (SELECT DISTINCT queue FROM src) q
+    SELECT pg_notify($20, q.queue) FROM (SELECT DISTINCT queue FROM src) q
 )
 SELECT src.ord, src.id, ins.id IS NOT NULL AS inserted, (SELECT count(*) FROM notified) AS queues
 FROM src LEFT JOIN ins ON ins.id = src.id

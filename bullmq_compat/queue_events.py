@@ -1,0 +1,198 @@
+"""QueueEvents and QueueEventsProducer on the engine's event log (pgjobs ``JobQueue.events``).
+
+The log is durable and read in commit order, so ``lastEventId="0"`` replays what is retained
+(the GC keeps the newest 10,000 events per queue) and a listener never sees a job's events out
+of order. Values are shaped as BullMQ's Python ``QueueEvents`` delivers them: strings, except
+``progress.data`` and ``completed.returnvalue``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import datetime
+from typing import Any
+
+import pgjobs
+from bullmq_compat.connection import Connection
+from bullmq_compat.events import EventEmitter
+from bullmq_compat.job import job_id_of
+from bullmq_compat.options import engine_queue
+from pgjobs import JobEvent, JobFilter, SubState
+
+# engine status -> BullMQ state, for the ``prev`` of an event
+_PREV = {
+    "pending": "waiting",
+    "running": "active",
+    "completed": "completed",
+    "dead": "failed",
+    "cancelled": "failed",
+}
+_FINISHING = {"completed", "failed", "cancelled", "retrying", "deferred", "stalled", "removed"}
+
+
+def _ms(value: str | None) -> str:
+    if value is None:
+        return "0"
+    return str(int(datetime.fromisoformat(value).timestamp() * 1000))
+
+
+def _due_later(event: JobEvent) -> bool:
+    run_at = event.data.get("run_at")
+    return run_at is not None and datetime.fromisoformat(run_at) > event.at
+
+
+def _waiting_or_delayed(event: JobEvent, job_id: str, prev: str) -> tuple[str, dict[str, Any]]:
+    if _due_later(event):
+        return "delayed", {"jobId": job_id, "delay": _ms(event.data.get("run_at"))}
+    return "waiting", {"jobId": job_id, "prev": prev}
+
+
+def translate(event: JobEvent) -> list[tuple[str, dict[str, Any]]]:
+    """The BullMQ events (name, args) one engine event stands for."""
+    if event.job_id is None:  # queue events: paused, resumed, and published ones
+        return [(event.event, dict(event.data))]
+    job_id = job_id_of(event.job_id, event.job_key)
+    data = event.data
+    match event.event:
+        case "added":
+            added = ("added", {"jobId": job_id, "name": data.get("name", "")})
+            if data.get("state") == "waiting_children":
+                return [added, ("waiting-children", {"jobId": job_id})]
+            if data.get("state") == "delayed":
+                return [added, ("delayed", {"jobId": job_id, "delay": _ms(data.get("run_at"))})]
+            return [added, ("waiting", {"jobId": job_id})]
+        case "active":
+            return [("active", {"jobId": job_id, "prev": "waiting"})]
+        case "progress":
+            return [("progress", {"jobId": job_id, "data": data.get("progress")})]
+        case "completed":
+            return [
+                (
+                    "completed",
+                    {"jobId": job_id, "returnvalue": data.get("output"), "prev": "active"},
+                )
+            ]
+        case "failed" | "cancelled":
+            error = data.get("error") or {}
+            reason = error.get("message") or event.event
+            failed = ("failed", {"jobId": job_id, "failedReason": reason, "prev": "active"})
+            attempts = data.get("attempts", 0)
+            if event.event == "failed" and attempts >= data.get("max_attempts", attempts + 1):
+                return [
+                    failed,
+                    ("retries-exhausted", {"jobId": job_id, "attemptsMade": str(attempts)}),
+                ]
+            return [failed]
+        case "retrying" | "deferred":
+            return [_waiting_or_delayed(event, job_id, "active")]
+        case "stalled":
+            return [
+                ("stalled", {"jobId": job_id}),
+                ("waiting", {"jobId": job_id, "prev": "active"}),
+            ]
+        case "released":
+            return [_waiting_or_delayed(event, job_id, "waiting-children")]
+        case "requeued":
+            return [_waiting_or_delayed(event, job_id, _PREV.get(event.prev or "", "failed"))]
+        case "rescheduled":
+            return [_waiting_or_delayed(event, job_id, "delayed")]
+        case "removed":
+            return [("removed", {"jobId": job_id, "prev": _PREV.get(event.prev or "", "waiting")})]
+    return []
+
+
+class QueueEvents(EventEmitter):
+    """``QueueEvents(name, opts)``: options ``connection``, ``prefix``, ``schema``, ``autorun``
+    (True: starts at once, so build it inside a running loop), ``lastEventId`` (``"$"``: new
+    events only, the default; ``"0"``: everything retained; or an event id from a listener).
+    Listeners are called ``fn(args, eventId)`` (``drained``: ``fn(eventId)``), on the event name
+    and, when it concerns a job, on ``"<event>:<jobId>"``."""
+
+    def __init__(self, name: str, opts: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.name = name
+        self.opts = {"autorun": True, **(opts or {})}
+        self.prefix = self.opts.get("prefix", "bull")
+        self.qualifiedName = engine_queue(self.prefix, name)
+        self._connection = Connection(self.opts)
+        self._ready = asyncio.Event()
+        self._stream: pgjobs.EventStream | None = None
+        self._task: asyncio.Future[None] | None = None
+        self._closing = False
+        self._drained_reported = False
+        if self.opts["autorun"]:
+            self._task = asyncio.ensure_future(self.run())
+
+    async def run(self) -> None:
+        """Consume the log until ``close()``; a read error is emitted on ``error`` and ends it."""
+        try:
+            jobs = await self._connection.open(pgjobs.Registry())
+            last = self.opts.get("lastEventId")
+            self._stream = jobs.events(
+                [self.qualifiedName], after=None if last in (None, "$") else str(last)
+            )
+            await self._stream.start()
+            self._ready.set()
+            async for event in self._stream:
+                for name, args in translate(event):
+                    self.emit(name, args, event.cursor)
+                    if "jobId" in args:
+                        self.emit(f"{name}:{args['jobId']}", args, event.cursor)
+                if event.event in _FINISHING and self._stream.buffered == 0:
+                    await self._report_drained(jobs, event.cursor)
+                elif event.event in ("added", "released", "requeued"):
+                    self._drained_reported = False
+        except Exception as exc:
+            if not self._closing:
+                self.emit("error", exc)
+        finally:
+            self._ready.set()
+
+    async def _report_drained(self, jobs: pgjobs.JobQueue, cursor: str) -> None:
+        """``drained``: once wait, prioritized and active are all empty after a job ends."""
+        counts = await jobs.substate_counts(JobFilter(queue=self.qualifiedName))
+        if counts[SubState.READY] or counts[SubState.ACTIVE]:
+            self._drained_reported = False
+        elif not self._drained_reported:
+            self._drained_reported = True
+            self.emit("drained", cursor)
+
+    async def waitUntilReady(self) -> None:
+        """Returns once the listener is attached: events committed after this are delivered."""
+        await self._ready.wait()
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._stream is not None:
+            await self._stream.close()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.settle()
+        await self._connection.close()
+
+    disconnect = close
+
+
+class QueueEventsProducer:
+    """``publishEvent({"eventName": ..., **args})`` appends a custom event to the queue's log;
+    ``QueueEvents`` listeners receive it as ``fn(args, eventId)``."""
+
+    def __init__(self, name: str, opts: dict[str, Any] | None = None) -> None:
+        self.name = name
+        self.opts = dict(opts or {})
+        self.qualifiedName = engine_queue(self.opts.get("prefix", "bull"), name)
+        self._connection = Connection(self.opts)
+
+    async def publishEvent(self, args: dict[str, Any], maxEvents: int = 1000) -> None:
+        """``maxEvents`` is accepted for signature compatibility; the GC trims the log."""
+        if "eventName" not in args:
+            raise ValueError("publishEvent needs args['eventName']")
+        rest = {k: v for k, v in args.items() if k != "eventName"}
+        jobs = await self._connection.open(pgjobs.Registry())
+        await jobs.publish_event(self.qualifiedName, str(args["eventName"]), rest)
+
+    async def close(self) -> None:
+        await self._connection.close()

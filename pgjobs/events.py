@@ -1,0 +1,202 @@
+"""Reading the job event log: an async iterator over the transitions of jobs enqueued with
+``events=True`` and the queue events published beside them.
+
+Guarantees: events come in commit-safe order (a transaction's events are delivered only when
+every older transaction has ended, so none can appear behind the cursor later); a stream that
+starts "now" skips exactly the transactions committed before it started; a stream resumed from a
+cursor misses nothing the log still holds. The log is trimmed by the GC (newest 10,000 per
+queue by default), so a cursor older than that resumes at the oldest event kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from pgjobs.config import events_channel
+from pgjobs.errors import InvalidOption
+from pgjobs.executor import Database
+from pgjobs.models import JobEvent
+from pgjobs.notifier import Notifier
+
+FROM_START = "0"
+"""Cursor meaning: every event the log still holds."""
+
+IDLE_POLL_SECONDS = 1.0  # safety net when a notification is missed
+HELD_BACK_POLL_SECONDS = 0.02  # an event was announced but an older transaction is still open
+HELD_BACK_ROUNDS = 50
+
+
+def _parse_cursor(cursor: str) -> tuple[str, int]:
+    if cursor == FROM_START:
+        return "0", 0
+    txid, sep, event_id = cursor.partition(":")
+    if not sep or not txid.isdigit() or not event_id.isdigit():
+        raise InvalidOption("after", f"must be {FROM_START!r} or a JobEvent.cursor, got {cursor!r}")
+    return txid, int(event_id)
+
+
+class EventStream:
+    """``async for event in stream``; ``await stream.close()`` (or ``async with``) to stop.
+
+    Create it with ``JobQueue.events(...)``; ``await stream.start()`` (done by ``async with`` and
+    by the first iteration) fixes the starting point, so events committed after ``start`` returns
+    are never missed.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        queues: Sequence[str],
+        *,
+        after: str | None,
+        tenant: str | None,
+        any_tenant: bool,
+        batch: int = 500,
+    ) -> None:
+        if isinstance(queues, str) or not queues:
+            raise InvalidOption("queues", "must be a non-empty list of queue names")
+        self._db = db
+        self._queues = list(queues)
+        self._tenant = tenant
+        self._any_tenant = any_tenant
+        self._batch = batch
+        self._cursor: tuple[str, int] | None = None if after is None else _parse_cursor(after)
+        self._skip_snapshot: str | None = None
+        self._buffer: deque[JobEvent] = deque()
+        self._wake = asyncio.Event()
+        self._announced = False
+        self._notifier = Notifier(db.pool, events_channel(db.schema), self._on_notify)
+        self._started = False
+        self._closed = False
+
+    def _on_notify(self, queue: str | None) -> None:
+        if queue is None or queue in self._queues:
+            self._announced = True
+            self._wake.set()
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        await self._notifier.start()
+        if self._cursor is None:
+            row = await self._db.fetchrow("events_start")
+            assert row is not None
+            self._cursor = (row["xmin"], 0)
+            self._skip_snapshot = row["snapshot"]
+
+    @property
+    def cursor(self) -> str | None:
+        """Resume point: the cursor of the last event delivered (None before the first)."""
+        if self._cursor is None or self._cursor == ("0", 0):
+            return None
+        return f"{self._cursor[0]}:{self._cursor[1]}"
+
+    @property
+    def buffered(self) -> int:
+        """Events already read and not yet delivered."""
+        return len(self._buffer)
+
+    async def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+        await self._notifier.stop()
+
+    async def __aenter__(self) -> EventStream:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> JobEvent:
+        await self.start()
+        held_back_rounds = 0
+        while not self._buffer:
+            if self._closed:
+                raise StopAsyncIteration
+            self._wake.clear()
+            announced, self._announced = self._announced, False
+            if await self._read() or self._closed:
+                continue
+            if announced:
+                held_back_rounds = HELD_BACK_ROUNDS
+            if held_back_rounds:
+                held_back_rounds -= 1
+                timeout = HELD_BACK_POLL_SECONDS
+            else:
+                timeout = IDLE_POLL_SECONDS
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+        return self._buffer.popleft()
+
+    async def _read(self) -> int:
+        assert self._cursor is not None
+        rows = await self._db.fetch(
+            "read_events",
+            self._queues,
+            self._cursor[0],
+            self._cursor[1],
+            self._skip_snapshot,
+            self._batch,
+            self._any_tenant,
+            self._tenant,
+        )
+        for row in rows:
+            self._buffer.append(_event(row))
+        if rows:
+            self._cursor = (rows[-1]["txid"], rows[-1]["id"])
+        return len(rows)
+
+
+async def publish(
+    db: Database,
+    queue: str,
+    event: str,
+    data: Any = None,
+    *,
+    tenant: str | None = None,
+    conn: Any = None,
+) -> None:
+    """Append a queue-level event (``job_id`` None); with ``conn`` it commits with the caller's
+    transaction."""
+    from pgjobs import jsonvalue, options
+
+    name = options.text("event", event, optional=False)
+    if not name:
+        raise InvalidOption("event", "must be a non-empty name")
+    try:
+        encoded = jsonvalue.dumps(data if data is not None else {})
+    except jsonvalue.NotJson as exc:
+        raise InvalidOption("data", str(exc)) from None
+    await db.fetch(
+        "publish_event",
+        options.queue(queue),
+        name,
+        encoded,
+        options.text("tenant", tenant, max_bytes=256),
+        events_channel(db.schema),
+        conn=conn,
+    )
+
+
+def _event(row: Any) -> JobEvent:
+    return JobEvent(
+        cursor=f"{row['txid']}:{row['id']}",
+        queue=row["queue"],
+        event=row["event"],
+        job_id=row["job_id"],
+        job_key=row["job_key"],
+        tenant=row["tenant"],
+        prev=row["prev"],
+        data=json.loads(row["data"]) if row["data"] is not None else {},
+        at=row["at"],
+    )

@@ -1,0 +1,193 @@
+"""The job event log: what each transition writes, ordering, cursors, tenants, trimming; LIFO."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pydantic
+import pytest
+
+from pgjobs import (
+    Delayed,
+    EventStream,
+    InvalidOption,
+    JobContext,
+    JobEvent,
+    JobFilter,
+    JobQueue,
+    JobSpec,
+    Registry,
+)
+from pgjobs.maintenance import GcInput, collect_garbage
+
+
+class Item(pydantic.BaseModel):
+    n: int = 0
+
+
+@pytest.fixture
+def kinds(registry: Registry) -> None:
+    @registry.kind("work", input=Item, queue="q", max_attempts=2)
+    async def work(ctx: JobContext, item: Item) -> dict[str, int]:
+        if item.n == 1:
+            raise ValueError("boom")
+        if item.n == 2 and ctx.deferrals == 0:
+            raise Delayed(0)
+        await ctx.progress({"pct": 50})
+        return {"double": item.n * 2}
+
+
+async def take(stream: EventStream, count: int) -> list[JobEvent]:
+    """The next ``count`` events (the stream wakes on NOTIFY; the timeout only bounds a bug)."""
+
+    async def collect() -> list[JobEvent]:
+        return [await anext(stream) for _ in range(count)]
+
+    return await asyncio.wait_for(collect(), timeout=20)
+
+
+async def test_a_completed_job_logs_added_active_progress_completed(
+    jobs: JobQueue, kinds: None
+) -> None:
+    async with jobs.events(["q"]) as stream:
+        job = await jobs.enqueue("work", {"n": 3}, events=True, job_key="k3")
+        await jobs.worker(queues=["q"]).run(until_drained=True)
+        events = await take(stream, 4)
+    assert [e.event for e in events] == ["added", "active", "progress", "completed"]
+    assert {e.job_id for e in events} == {job.id}
+    assert {e.job_key for e in events} == {"k3"}
+    assert events[0].data["state"] == "ready"
+    assert events[2].data["progress"] == {"pct": 50}
+    assert events[3].data["output"] == {"double": 6} and events[3].prev == "running"
+
+
+async def test_retry_then_final_failure_and_deferral(jobs: JobQueue, kinds: None) -> None:
+    async with jobs.events(["q"]) as stream:
+        failing = await jobs.enqueue("work", {"n": 1}, events=True)
+        await jobs.worker(queues=["q"]).run(until_drained=True)
+        events = await take(stream, 5)
+        assert [e.event for e in events] == ["added", "active", "retrying", "active", "failed"]
+        assert events[-1].data["error"]["message"] == "boom"
+        assert events[-1].data["attempts"] == events[-1].data["max_attempts"] == 2
+        assert {e.job_id for e in events} == {failing.id}
+
+        deferred = await jobs.enqueue("work", {"n": 2}, events=True)
+        await jobs.worker(queues=["q"]).run(until_drained=True)
+        events = await take(stream, 6)
+    assert [e.event for e in events] == [
+        "added", "active", "deferred", "active", "progress", "completed",
+    ]  # fmt: skip
+    assert {e.job_id for e in events} == {deferred.id}
+
+
+async def test_jobs_without_the_flag_write_nothing(jobs: JobQueue, kinds: None) -> None:
+    await jobs.enqueue("work", {"n": 3})
+    await jobs.worker(queues=["q"]).run(until_drained=True)
+    n = await jobs.db.pool.fetchval(f"SELECT count(*) FROM {jobs.schema}.job_events")
+    assert n == 0
+
+
+async def test_a_new_stream_skips_history_and_a_cursor_resumes(
+    jobs: JobQueue, kinds: None
+) -> None:
+    before = await jobs.enqueue("work", {"n": 3}, events=True)
+    async with jobs.events(["q"]) as stream:
+        after = await jobs.enqueue("work", {"n": 4}, events=True)
+        (first,) = await take(stream, 1)
+    assert first.job_id == after.id  # the earlier job's "added" is history
+
+    async with jobs.events(["q"], after="0") as replay:
+        events = await take(replay, 2)
+        assert [e.job_id for e in events] == [before.id, after.id]
+    async with jobs.events(["q"], after=events[0].cursor) as resumed:
+        (next_event,) = await take(resumed, 1)
+    assert next_event.job_id == after.id
+
+
+async def test_removed_paused_resumed_and_published_events(jobs: JobQueue, kinds: None) -> None:
+    async with jobs.events(["q"]) as stream:
+        job = await jobs.enqueue("work", {"n": 3}, events=True)
+        await jobs.pause("q")
+        await jobs.resume("q")
+        await jobs.publish_event("q", "custom", {"hello": "world"})
+        await jobs.purge(JobFilter(ids=(job.id,)))
+        events = await take(stream, 5)
+    assert [(e.event, e.job_id) for e in events] == [
+        ("added", job.id), ("paused", None), ("resumed", None), ("custom", None),
+        ("removed", job.id),
+    ]  # fmt: skip
+    assert events[3].data == {"hello": "world"}
+    assert events[4].prev == "pending"
+
+
+async def test_events_are_scoped_to_their_queue_and_tenant(jobs: JobQueue, kinds: None) -> None:
+    await jobs.enqueue("work", {"n": 1}, events=True, queue="other")
+    await jobs.enqueue("work", {"n": 2}, events=True, tenant="acme")
+    mine = await jobs.enqueue("work", {"n": 3}, events=True, tenant="zen")
+    async with jobs.events(["q"], after="0", tenant="zen") as stream:
+        (event,) = await take(stream, 1)
+        assert event.job_id == mine.id
+        await jobs.enqueue("work", {"n": 4}, events=True, tenant="acme")
+        last = await jobs.enqueue("work", {"n": 5}, events=True, tenant="zen")
+        (event,) = await take(stream, 1)
+    assert event.job_id == last.id
+
+
+async def test_an_open_transaction_holds_later_events_back_until_it_ends(
+    jobs: JobQueue, kinds: None
+) -> None:
+    async with jobs.events(["q"]) as stream:
+        async with jobs.transaction() as conn:
+            slow = await jobs.enqueue("work", {"n": 1}, events=True, connection=conn)
+            fast = await jobs.enqueue("work", {"n": 2}, events=True)  # commits first
+            waiting = asyncio.ensure_future(take(stream, 1))
+            done, _ = await asyncio.wait({waiting}, timeout=0.3)
+            assert not done  # the fast job's event waits for the older transaction
+        events = [*(await waiting), *(await take(stream, 1))]
+    assert [e.job_id for e in events] == [slow.id, fast.id]
+
+
+async def test_gc_keeps_the_newest_events_per_queue(jobs: JobQueue, kinds: None) -> None:
+    for n in range(5):
+        await jobs.enqueue("work", {"n": n}, events=True)
+        await jobs.enqueue("work", {"n": n}, events=True, queue="b")
+    result = await collect_garbage(jobs.db, GcInput(events_per_queue=2))
+    assert result["deleted_events"] == 6
+    rows = await jobs.db.pool.fetch(
+        f"SELECT queue, job_id FROM {jobs.schema}.job_events ORDER BY queue, id"
+    )
+    by_queue: dict[str, list[int]] = {}
+    for row in rows:
+        by_queue.setdefault(row["queue"], []).append(row["job_id"])
+    assert {q: len(ids) for q, ids in by_queue.items()} == {"q": 2, "b": 2}
+    newest_q = await jobs.list_jobs(JobFilter(queue="q"), limit=2)
+    assert sorted(by_queue["q"]) == sorted(r.id for r in newest_q)
+
+
+async def test_bad_stream_arguments_are_named(jobs: JobQueue) -> None:
+    with pytest.raises(InvalidOption, match="queues"):
+        jobs.events("q")  # type: ignore[arg-type]
+    with pytest.raises(InvalidOption, match="after"):
+        jobs.events(["q"], after="yesterday")
+    with pytest.raises(InvalidOption, match="event"):
+        await jobs.publish_event("q", "")
+
+
+async def test_lifo_jobs_run_newest_first_ahead_of_fifo_ones(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    order: list[int] = []
+
+    @registry.kind("rec", input=Item, queue="l")
+    async def rec(ctx: JobContext, item: Item) -> None:
+        order.append(item.n)
+
+    await jobs.enqueue("rec", {"n": 1})
+    await jobs.enqueue("rec", {"n": 2})
+    await jobs.enqueue("rec", {"n": 3}, lifo=True)
+    await jobs.enqueue_many([JobSpec("rec", {"n": n}, lifo=True) for n in (4, 5)])
+    await jobs.enqueue("rec", {"n": 6}, priority=1)
+    await jobs.worker(queues=["l"], concurrency=1).run(until_drained=True)
+    assert order == [6, 5, 4, 3, 1, 2]
+    with pytest.raises(InvalidOption, match="lifo"):
+        await jobs.enqueue("rec", {"n": 7}, lifo=True, delay=5)
