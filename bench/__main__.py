@@ -35,7 +35,17 @@ def workloads(quick: bool) -> list[tuple[str, str, tuple[Any, ...], str]]:
         ("process 10k no-op, concurrency 10", "process", (10000 // scale, 10), "jobs/s"),
         ("process 10k no-op, concurrency 50", "process", (10000 // scale, 50), "jobs/s"),
         ("enqueue-to-start latency (idle worker)", "latency", (200 // scale,), "ms"),
+        ("flows (1 parent + 10 children): add", "flow_add", (200 // scale, 10), "flows/s"),
+        ("flows (1 parent + 10 children): process", "flow_process", (200 // scale, 10), "jobs/s"),
     ]
+
+
+def _ratio(numerator: list[float], denominator: list[float]) -> str:
+    top = [v for v in numerator if not math.isnan(v)]
+    bottom = [v for v in denominator if not math.isnan(v)]
+    if not top or not bottom:
+        return "—"
+    return f"{statistics.median(top) / statistics.median(bottom):.2f}×"
 
 
 def fmt(values: list[float]) -> str:
@@ -76,13 +86,18 @@ async def main(argv: list[str] | None = None) -> None:
     names = [s.name for s in systems]
     # Ratios are to BullMQ on Redis when it ran, else to the last system.
     base = "bullmq on Redis" if "bullmq on Redis" in names else names[-1]
+    others = [n for n in names if n != base]
     lines = [
         f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node() or 'host'}: "
         f"{os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}, "
         f"{args.reps} interleaved repetitions, median (min–max).",
         "",
-        "| workload | " + " | ".join(names) + f" | {names[0]} / {base} |",
-        "|---" * (len(names) + 2) + "|",
+        "| workload | "
+        + " | ".join(names)
+        + " | "
+        + " | ".join(f"{n} / {base}" for n in others)
+        + " |",
+        "|---" * (len(names) + len(others) + 1) + "|",
     ]
     for label, _, _, unit in workloads(args.quick):
         row = results[label]
@@ -91,13 +106,18 @@ async def main(argv: list[str] | None = None) -> None:
                 fmt([v[0] for v in row[n]]) + " ms, p95 " + fmt([v[1] for v in row[n]])
                 for n in names
             ]
-            ratio = "—"
+            ratios = [
+                _ratio([v[0] for v in row[base]], [v[0] for v in row[n]]) for n in others
+            ]  # latency: base / system, so higher is better here too
         else:
             cells = [fmt(row[n]) + f" {unit}" for n in names]
-            ratio = f"{statistics.median(row[names[0]]) / statistics.median(row[base]):.2f}×"
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {ratio} |")
+            ratios = [_ratio(row[n], row[base]) for n in others]
+        lines.append(f"| {label} | " + " | ".join(cells + ratios) + " |")
     lines.append("")
-    lines.append(f"Last column: {names[0]} / {base} (throughput, higher is better).")
+    lines.append(
+        f"Ratio columns: each system against {base}; higher is better (for latency the ratio"
+        " is the base's median over the system's)."
+    )
     report = "\n".join(lines)
     print("\n" + report)
     RESULTS.mkdir(exist_ok=True)

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import asyncpg
 import pydantic
 
-from pgjobs import JobContext, JobQueue, JobSpec, Registry
+from pgjobs import Flow, JobContext, JobQueue, JobSpec, Registry
 
 
 class System(Protocol):
@@ -27,6 +27,8 @@ class System(Protocol):
     async def enqueue_bulk(self, n: int, batch: int) -> float: ...
     async def process(self, n: int, concurrency: int) -> float: ...
     async def latency(self, samples: int) -> tuple[float, float]: ...
+    async def flow_add(self, flows: int, children: int) -> float: ...
+    async def flow_process(self, flows: int, children: int) -> float: ...
 
 
 class Noop(pydantic.BaseModel):
@@ -120,6 +122,31 @@ class Engine:
         await worker.stop()
         return _median_p95(delays)
 
+    async def _add_flows(self, flows: int, children: int) -> None:
+        for f in range(flows):
+            flow = Flow()
+            flow.add("parent", "noop", {"i": f})
+            for c in range(children):
+                flow.add(f"c{c}", "noop", {"i": c})
+                flow.edge(f"c{c}", "parent")
+            await self.jobs.submit_flow(flow)
+
+    async def flow_add(self, flows: int, children: int) -> float:
+        await self._reset()
+        start = time.perf_counter()
+        await self._add_flows(flows, children)
+        return flows / (time.perf_counter() - start)
+
+    async def flow_process(self, flows: int, children: int) -> float:
+        await self._reset()
+        await self._add_flows(flows, children)
+        worker = self.jobs.worker(concurrency=10)
+        start = time.perf_counter()
+        await worker.run(until_drained=True)
+        elapsed = time.perf_counter() - start
+        assert worker.stats.completed == flows * (children + 1), worker.stats
+        return flows * (children + 1) / elapsed
+
 
 def _median_p95(values: list[float]) -> tuple[float, float]:
     ordered = sorted(values)
@@ -212,6 +239,12 @@ class RawFloor:
 
     async def latency(self, samples: int) -> tuple[float, float]:
         return (float("nan"), float("nan"))  # a floor has no worker to wake
+
+    async def flow_add(self, flows: int, children: int) -> float:
+        return float("nan")  # a floor has no dependencies
+
+    async def flow_process(self, flows: int, children: int) -> float:
+        return float("nan")
 
 
 REDIS_URL = "redis://127.0.0.1:6379/14"
@@ -329,5 +362,77 @@ class BullMQRedis:
         await queue.close()
         return _median_p95(delays)
 
+    def _tree(self, f: int, children: int) -> dict[str, Any]:
+        return {
+            "name": "parent",
+            "queueName": self.queue_name,
+            "data": {"i": f},
+            "children": [
+                {"name": "child", "queueName": self.queue_name, "data": {"i": c}}
+                for c in range(children)
+            ],
+        }
 
-SYSTEMS: dict[str, type[Any]] = {"engine": Engine, "bullmq": BullMQRedis, "floor": RawFloor}
+    async def _add_flows(self, flows: int, children: int) -> None:
+        producer = self.bullmq.FlowProducer(self._opts())
+        for f in range(flows):
+            await producer.add(self._tree(f, children))
+        await producer.close()
+
+    async def flow_add(self, flows: int, children: int) -> float:
+        await (await self._queue()).close()
+        start = time.perf_counter()
+        await self._add_flows(flows, children)
+        return flows / (time.perf_counter() - start)
+
+    async def flow_process(self, flows: int, children: int) -> float:
+        await (await self._queue()).close()
+        await self._add_flows(flows, children)
+        total = flows * (children + 1)
+        done = asyncio.Event()
+        count = 0
+
+        async def processor(job: Any, token: Any) -> None:
+            nonlocal count
+            count += 1
+            if count == total:
+                done.set()
+
+        start = time.perf_counter()
+        worker = self.bullmq.Worker(self.queue_name, processor, self._opts(concurrency=10))
+        await asyncio.wait_for(done.wait(), 600)
+        elapsed = time.perf_counter() - start
+        await worker.close()
+        return total / elapsed
+
+
+class Facade(BullMQRedis):
+    """bullmq_compat: the same BullMQ code as the Redis peer, on pgjobs (one shared pool)."""
+
+    name = "bullmq_compat facade"
+
+    async def setup(self, dsn: str) -> None:
+        import bullmq_compat
+
+        self.bullmq = bullmq_compat  # type: ignore[assignment]
+        self.pool = await asyncpg.create_pool(dsn, min_size=4, max_size=20)
+        self.schema = f"bench_{uuid.uuid4().hex[:8]}"
+        self.jobs = await JobQueue.connect(pool=self.pool, schema=self.schema)
+        await self.jobs.migrate()
+        self.prefix = "bull"
+        self.round = 0
+
+    def _opts(self, **extra: Any) -> dict[str, Any]:
+        return {"connection": self.jobs, **extra}
+
+    async def teardown(self) -> None:
+        await self.pool.execute(f"DROP SCHEMA {self.schema} CASCADE")
+        await self.pool.close()
+
+
+SYSTEMS: dict[str, type[Any]] = {
+    "engine": Engine,
+    "facade": Facade,
+    "bullmq": BullMQRedis,
+    "floor": RawFloor,
+}

@@ -95,6 +95,12 @@ class Job:
         job.token = str(ctx.lock_token)
         return job
 
+    @property
+    def engine_id(self) -> int | None:
+        """The pgjobs id of this job: the bridge to the native API (``JobQueue.get``,
+        ``flow_view``, ...) for what BullMQ cannot do."""
+        return self._engine_id
+
     @classmethod
     async def fromId(cls, queue: Queue, job_id: str) -> Job | None:
         return await queue.getJob(job_id)

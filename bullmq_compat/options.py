@@ -72,6 +72,35 @@ _UNSUPPORTED = {
 }
 
 
+def _deduplication(value: Any) -> dict[str, Any]:
+    """``{id}``: held while in flight; ``{id, ttl}``: held ttl ms (throttle); ``extend``: each
+    duplicate restarts the ttl; ``replace``: a duplicate replaces a still-delayed holder."""
+    if value is None:
+        return {"dedup_key": None}
+    if not isinstance(value, dict) or value.get("id") in (None, ""):
+        raise InvalidOption("deduplication", f"must be a dict with an 'id', got {value!r}")
+    unknown = set(value) - {"id", "ttl", "extend", "replace", "keepLastIfActive"}
+    if unknown:
+        raise InvalidOption("deduplication", f"unknown keys {sorted(unknown)}")
+    if value.get("keepLastIfActive"):
+        raise InvalidOption(
+            "deduplication.keepLastIfActive", "is not supported by the pgjobs facade"
+        )
+    ttl = value.get("ttl")
+    if ttl is None:
+        if value.get("extend") or value.get("replace"):
+            raise InvalidOption("deduplication", "extend and replace need a ttl")
+        return {"dedup_key": str(value["id"])}
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0:
+        raise InvalidOption("deduplication.ttl", f"must be milliseconds > 0, got {ttl!r}")
+    return {
+        "dedup_key": str(value["id"]),
+        "dedup_ttl": ttl / 1000,
+        "dedup_extend": bool(value.get("extend")),
+        "dedup_replace": bool(value.get("replace")),
+    }
+
+
 def enqueue_options(
     name: str, opts: dict[str, Any], prefix: str, queue_name: str, *, events: bool = True
 ) -> dict[str, Any]:
@@ -80,11 +109,7 @@ def enqueue_options(
     for key, why in _UNSUPPORTED.items():
         if opts.get(key):
             raise InvalidOption(key, why)
-    dedup = opts.get("deduplication")
-    if dedup is not None and (not isinstance(dedup, dict) or set(dedup) - {"id"}):
-        raise InvalidOption(
-            "deduplication", "only the simple mode {id} is supported yet (no ttl/extend/replace)"
-        )
+    dedup = _deduplication(opts.get("deduplication"))
     delay = opts.get("delay") or 0
     if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
         raise InvalidOption("delay", f"must be milliseconds >= 0, got {delay!r}")
@@ -93,8 +118,11 @@ def enqueue_options(
     # BullMQ ignores lifo for prioritized and delayed adds.
     lifo = bool(opts.get("lifo")) and priority == NO_PRIORITY and not delay
     job_id = opts.get("jobId")
-    if job_id is not None and not isinstance(job_id, str):
+    if job_id is not None:
         job_id = str(job_id)
+        if job_id.lstrip("-").isdigit():
+            # BullMQ (Node) refuses these; here they would shadow automatic ids in getJob.
+            raise InvalidOption("jobId", f"custom ids cannot be integers, got {job_id!r}")
     return {
         "queue": engine_queue(prefix, queue_name),
         "name": name if name else "__default__",
@@ -104,7 +132,7 @@ def enqueue_options(
         "backoff": _backoff(opts.get("backoff")),
         "max_deferrals": 0,
         "job_key": job_id,
-        "dedup_key": dedup["id"] if dedup else None,
+        **dedup,
         "keep_completed": _keep("removeOnComplete", opts.get("removeOnComplete")),
         "keep_dead": _keep("removeOnFail", opts.get("removeOnFail")),
         "metadata": {"opts": opts},

@@ -233,10 +233,18 @@ class Queue:
         return counts
 
     async def getDeduplicationJobId(self, deduplication_id: str) -> str | None:
-        """The id of the job holding this simple deduplication id, if any."""
+        """The id of the job holding this deduplication id, if any."""
         jobs = await self._engine()
-        row = await jobs.get_by_dedup_key(self.qualifiedName, str(deduplication_id))
-        return None if row is None else job_id_of(row.id, row.job_key)
+        holder = await jobs.dedup_holder(self.qualifiedName, str(deduplication_id))
+        if holder is None:
+            return None
+        row = await jobs.get(holder, any_tenant=True)
+        return job_id_of(holder, row.job_key if row is not None else None)
+
+    async def removeDeduplicationKey(self, deduplication_id: str) -> int:
+        """Free the deduplication id now; 1 if it was held, else 0."""
+        jobs = await self._engine()
+        return int(await jobs.release_dedup_key(self.qualifiedName, str(deduplication_id)))
 
     async def getJobs(
         self,

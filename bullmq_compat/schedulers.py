@@ -62,6 +62,8 @@ def upsert_arguments(
         "end_at": _when("endDate", repeat.get("endDate")),
         "limit": repeat.get("limit"),
         "immediately": bool(repeat.get("immediately")),
+        "job_key_prefix": f"repeat:{scheduler_id}:",  # BullMQ's repeat:<id>:<ms> job ids
+        "events": job["events"],
     }
     if backoff is not None:
         arguments["backoff"] = backoff.to_json()

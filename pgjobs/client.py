@@ -167,6 +167,19 @@ class JobQueue:
         record = await self.db.fetchrow("get_by_dedup_key", queue, dedup_key, tenant)
         return None if record is None else job_row(record)
 
+    async def dedup_holder(
+        self, queue: str, dedup_key: str, *, tenant: str | None = None
+    ) -> int | None:
+        """The id of the job that holds ``dedup_key`` now: by an unexpired time-bound hold
+        (``dedup_ttl``), else by being in flight. None when the key is free."""
+        return await self.db.fetchval("dedup_holder", queue, tenant, dedup_key)
+
+    async def release_dedup_key(
+        self, queue: str, dedup_key: str, *, tenant: str | None = None
+    ) -> bool:
+        """Free ``dedup_key`` at once (its holder keeps running); True if something held it."""
+        return bool(await self.db.fetchval("release_dedup_key", queue, tenant, dedup_key))
+
     # -- workers ---------------------------------------------------------------------------
 
     def worker(self, **options: Any) -> Worker:

@@ -7,7 +7,7 @@ leaves a half-written batch.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -48,6 +48,23 @@ class JobSpec:
     """Append every transition of this job to the event log (``JobQueue.events``)."""
     lifo: bool = False
     """Run before every job of the same priority already waiting (newest first)."""
+    dedup_ttl: float | timedelta | None = None
+    """With ``dedup_key``: the key stays taken this long after this job is enqueued, whatever
+    becomes of the job (throttle), instead of while it is in flight."""
+    dedup_extend: bool = False
+    """With ``dedup_ttl``: a dropped duplicate restarts the hold."""
+    dedup_replace: bool = False
+    """With ``dedup_ttl``: a duplicate replaces the holder while it is still delayed (debounce)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DedupHold:
+    """A time-bound dedup key (migration 0006): taken for ``ttl`` seconds from enqueue."""
+
+    key: str
+    ttl: float
+    extend: bool
+    replace: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +90,7 @@ class PreparedJob:
     flow_id: int | None = None
     pending_deps: int = 0
     record_events: bool = False
+    hold: DedupHold | None = None
 
     def key_identity(self) -> tuple[str, str, str] | None:
         if self.job_key is None:
@@ -130,6 +148,8 @@ def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
         )
         if rule is not None
     }
+    dedup_key = options.text("dedup_key", spec.dedup_key)
+    hold = _dedup_hold(spec, dedup_key)
     name = spec.name if spec.name is not None else kind.label(typed)
     group_key = spec.group_key if spec.group_key is not None else kind.group(typed)
     return PreparedJob(
@@ -149,14 +169,29 @@ def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
         backoff=jsonvalue.dumps(
             options.backoff(spec.backoff if spec.backoff is not None else kind.backoff).to_json()
         ),
-        dedup_key=options.text("dedup_key", spec.dedup_key),
+        dedup_key=None if hold is not None else dedup_key,
         group_key=options.text("group_key", group_key),
         tenant=options.text("tenant", spec.tenant, max_bytes=256),
         metadata=metadata,
         job_key=options.text("job_key", spec.job_key),
         retention=jsonvalue.dumps(retention) if retention else None,
         record_events=bool(spec.events),
+        hold=hold,
     )
+
+
+def _dedup_hold(spec: JobSpec, dedup_key: str | None) -> DedupHold | None:
+    if spec.dedup_ttl is None:
+        for flag in ("dedup_extend", "dedup_replace"):
+            if getattr(spec, flag):
+                raise InvalidOption(flag, "needs dedup_ttl (a time-bound key)")
+        return None
+    if dedup_key is None:
+        raise InvalidOption("dedup_ttl", "needs a dedup_key")
+    ttl = options.delay_seconds(spec.dedup_ttl, "dedup_ttl")
+    if not ttl:
+        raise InvalidOption("dedup_ttl", f"must be > 0 seconds, got {spec.dedup_ttl!r}")
+    return DedupHold(dedup_key, ttl, bool(spec.dedup_extend), bool(spec.dedup_replace))
 
 
 def _row_args(job: PreparedJob) -> tuple[Any, ...]:
@@ -185,6 +220,8 @@ def _row_args(job: PreparedJob) -> tuple[Any, ...]:
 
 async def insert_one(db: Database, job: PreparedJob, conn: Any = None) -> EnqueueResult:
     """Insert ``job`` or return the in-flight holder of its dedup key (bounded race loop)."""
+    if job.hold is not None:
+        return await _insert_held(db, job, job.hold, conn)
     channel = notify_channel(db.schema)
     for _ in range(MAX_DEDUP_ROUNDS):
         row = await db.fetchrow("enqueue_one", *_row_args(job), channel, conn=conn)
@@ -200,10 +237,21 @@ async def insert_many(
     """Insert ``jobs`` in one statement; results are in input order.
 
     A dedup key repeated inside the batch keeps its first job; later ones report it as their
-    duplicate. A key held by a job already in the table is resolved like ``insert_one``.
+    duplicate. A key held by a job already in the table is resolved like ``insert_one``. Jobs
+    with a time-bound key are decided one by one, in the same transaction.
     """
     if not jobs:
         return []
+    if any(job.hold is not None for job in jobs):
+        if conn is None:
+            async with db.transaction() as own:
+                return await insert_many(db, jobs, own)
+        plain = [job for job in jobs if job.hold is None]
+        plain_results = iter(await insert_many(db, plain, conn))
+        return [
+            next(plain_results) if job.hold is None else await insert_one(db, job, conn)
+            for job in jobs
+        ]
     first_of_key: dict[tuple[str, tuple[str, str, str]], int] = {}
     unique: list[PreparedJob] = []
     position: list[int] = []  # input index -> index in `unique`
@@ -237,3 +285,30 @@ async def insert_many(
         results.append(result if index not in seen else EnqueueResult(result.id, duplicate=True))
         seen.add(index)
     return results
+
+
+async def _insert_held(db: Database, job: PreparedJob, hold: DedupHold, conn: Any) -> EnqueueResult:
+    """Time-bound dedup, decided under the key's row lock in one transaction: a running hold
+    drops the job (extending the hold, or replacing a still-delayed holder, if asked)."""
+    if conn is None:
+        async with db.transaction() as own:
+            return await _insert_held(db, job, hold, own)
+    key = (job.queue, job.tenant, hold.key)
+    async with conn.transaction():
+        current = await db.fetchrow("lock_dedup_hold", *key, conn=conn)
+        assert current is not None
+        if current["held"]:
+            holder = current["job_id"]
+            replaced = (
+                hold.replace
+                and holder is not None
+                and bool(await db.fetch("remove_delayed_holder", holder, conn=conn))
+            )
+            if not replaced:
+                if hold.extend:
+                    await db.fetch("extend_dedup_hold", *key, hold.ttl, conn=conn)
+                return EnqueueResult(holder, duplicate=True)
+        result = await insert_one(db, replace(job, hold=None), conn)
+        if not result.duplicate:
+            await db.fetch("set_dedup_hold", *key, result.id, hold.ttl, conn=conn)
+        return result

@@ -65,6 +65,7 @@ async def collect_garbage(db: Database, params: GcInput) -> dict[str, Any]:
         events = await db.fetchval(
             "trim_events", params.events_per_queue, params.events_after, conn=conn
         )
+        await db.fetchval("gc_dedup_holds", conn=conn)
     return {"deleted_jobs": deleted, "deleted_flows": len(flows), "deleted_events": events}
 
 

@@ -76,7 +76,7 @@ def delay_seconds(value: Any, option: str = "delay") -> float | None:
         seconds = float(value)
     else:
         raise InvalidOption(
-            "delay", f"must be seconds (a number) or a timedelta, got {type(value).__name__}"
+            option, f"must be seconds (a number) or a timedelta, got {type(value).__name__}"
         )
     if not math.isfinite(seconds) or seconds < 0:
         raise InvalidOption(option, f"must be a finite number of seconds >= 0, got {value!r}")

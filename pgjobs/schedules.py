@@ -36,7 +36,11 @@ _JOB_OPTIONS = {
     "metadata",
     "delay",
     "backoff",  # as a dict ({"type", "delay", "max_delay", "jitter"}): stored as JSON
+    "events",
 }
+
+
+_KEY_PREFIX = "job_key_prefix"  # kept beside the job options, not passed to the job
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,13 +132,16 @@ class Schedules:
         limit: int | None = None,
         immediately: bool = False,
         job_name: str | None = None,
+        job_key_prefix: str | None = None,
         **job_options: Any,
     ) -> datetime | None:
         """Create or replace schedule ``name``; returns its next run (None if it has none left).
 
         Exactly one of ``cron`` (5 fields, or 6 with seconds first; in ``timezone``) and
         ``every`` (seconds). ``job_name`` labels each emitted job (default: the kind's
-        ``name(input)``). The kind and input are validated now, as are the job options.
+        ``name(input)``). Each emitted job's key is ``schedule:<name>:<tick ISO time>``, or
+        ``<job_key_prefix><tick epoch ms>`` when a prefix is given. The kind and input are
+        validated now, as are the job options.
         """
         options.text("name", name, optional=False)
         if (cron is None) == (every is None):
@@ -169,6 +176,8 @@ class Schedules:
             )
         spec = JobSpec(kind, input, **job_options)
         prepared = prepare(spec, self._registry)  # validates kind, input and options now
+        if job_key_prefix is not None:
+            job_options[_KEY_PREFIX] = options.text("job_key_prefix", job_key_prefix)
         now = datetime.now(UTC)
         if immediately and (start_at is None or start_at <= now):
             first = now
@@ -221,6 +230,7 @@ class Schedules:
 
     async def _emit(self, conn: Any, row: Any, catch_up: bool) -> int:
         job_options = jsonvalue.loads(row["options"])
+        key_prefix = job_options.pop(_KEY_PREFIX, None)
         tick: datetime = row["next_run_at"]
         now: datetime = row["db_now"]
         count = 0
@@ -230,7 +240,11 @@ class Schedules:
                 row["kind"],
                 jsonvalue.loads(row["payload"]),
                 **job_options,
-                job_key=f"schedule:{row['name']}:{tick.isoformat()}",
+                job_key=(
+                    f"schedule:{row['name']}:{tick.isoformat()}"
+                    if key_prefix is None
+                    else f"{key_prefix}{int(tick.timestamp() * 1000)}"
+                ),
             )
             try:
                 await insert_one(self._db, prepare(spec, self._registry), conn)

@@ -29,6 +29,7 @@ _FILES = (
     "maintenance.sql",
     "tracking.sql",
     "events.sql",
+    "dedup.sql",
 )
 
 

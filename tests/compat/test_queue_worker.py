@@ -287,10 +287,16 @@ async def test_unsupported_options_say_what_to_use(opts: dict) -> None:
     queue = Queue("unsupported", opts)
     with pytest.raises(ValueError, match="upsertJobScheduler"):
         await queue.add("x", {}, {"repeat": {"every": 1000}})
-    with pytest.raises(ValueError, match="deduplication"):
-        await queue.add("x", {}, {"deduplication": {"id": "k", "ttl": 1000}})
+    with pytest.raises(ValueError, match="keepLastIfActive"):
+        await queue.add("x", {}, {"deduplication": {"id": "k", "keepLastIfActive": True}})
+    with pytest.raises(ValueError, match="debounce"):
+        await queue.add("x", {}, {"debounce": {"id": "k", "ttl": 10}})
+    with pytest.raises(ValueError, match="need a ttl"):
+        await queue.add("x", {}, {"deduplication": {"id": "k", "extend": True}})
     with pytest.raises(ValueError, match="priority"):
         await queue.add("x", {}, {"priority": -1})
+    with pytest.raises(ValueError, match="cannot be integers"):
+        await queue.add("x", {}, {"jobId": "42"})
     assert await queue.count() == 0
     await queue.close()
 
@@ -306,6 +312,46 @@ async def test_simple_deduplication_returns_the_holder(opts: dict) -> None:
         return await queue.getWaitingCount() == 1
 
     await eventually(waiting_count)
+    assert await queue.getDeduplicationJobId("same") == first.id
+    assert await queue.removeDeduplicationKey("same") == 1
+    third = await queue.add("x", {"v": 3}, {"deduplication": {"id": "same"}})
+    assert third.id != first.id
+    await queue.close()
+
+
+async def test_throttle_debounce_and_extend_modes(opts: dict, jobs: JobQueue) -> None:
+    queue = Queue("modes", opts)
+    # throttle: held for ttl even after the job completed
+    first = await queue.add("t", {"v": 1}, {"deduplication": {"id": "thr", "ttl": 60_000}})
+    done = asyncio.Event()
+
+    async def process(job, token):
+        done.set()
+
+    worker = Worker("modes", process, opts)
+    await asyncio.wait_for(done.wait(), 30)
+    await worker.close()
+    again = await queue.add("t", {"v": 2}, {"deduplication": {"id": "thr", "ttl": 60_000}})
+    assert again.id == first.id and await queue.getDeduplicationJobId("thr") == first.id
+    # debounce: the newest delayed job replaces the holder, with the newest data
+    opts_d = {"delay": 60_000, "deduplication": {"id": "deb", "ttl": 60_000, "replace": True}}
+    old = await queue.add("d", {"v": 1}, opts_d)
+    new = await queue.add("d", {"v": 2}, opts_d)
+    assert new.id != old.id and await queue.getJob(old.id) is None
+    assert (await queue.getDelayed())[0].data == {"v": 2}
+    # extend: each duplicate restarts the ttl
+    ext = {"deduplication": {"id": "ext", "ttl": 1_000, "extend": True}}
+    await queue.add("e", {}, ext)
+    await jobs.db.pool.execute(
+        f"UPDATE {jobs.schema}.dedup_holds SET expires_at = now() + interval '100 ms'"
+        " WHERE key = 'ext'"
+    )
+    await queue.add("e", {}, ext)
+    left = await jobs.db.pool.fetchval(
+        f"SELECT extract(epoch FROM expires_at - now()) FROM {jobs.schema}.dedup_holds"
+        " WHERE key = 'ext'"
+    )
+    assert left > 0.5
     await queue.close()
 
 

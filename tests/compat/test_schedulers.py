@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 
@@ -26,9 +27,11 @@ async def test_every_with_limit_emits_each_job_once(opts: dict) -> None:
         {"priority": 2},
     )
     seen: list[tuple[str, dict, int]] = []
+    ids: list[str] = []
 
     async def process(job, token):
         seen.append((job.name, job.data, job.priority))
+        ids.append(job.id)
 
     worker = Worker("ticks", process, opts)
 
@@ -44,6 +47,10 @@ async def test_every_with_limit_emits_each_job_once(opts: dict) -> None:
     }
     await worker.close()
     assert seen == [("beat", {"host": "a"}, 2)] * 3
+    # BullMQ's scheduler job ids: repeat:<scheduler id>:<tick in ms>, ticks at least 200 ms apart
+    ticks = [int(i.split(":")[2]) for i in ids if i.startswith("repeat:heartbeat:")]
+    assert len(ticks) == 3 and all(b - a >= 200 for a, b in itertools.pairwise(ticks))
+    assert (await queue.getJob(ids[0])) is not None
     await queue.close()
 
 

@@ -301,3 +301,99 @@ async def test_unknown_column_of_pool_does_not_leak_between_schemas(
     # Each test runs in its own schema: nothing lands in the default one.
     await jobs.enqueue("item", {"n": 1})
     assert await pool.fetchval("SELECT to_regclass('public.jobs')") is None
+
+
+async def expire_holds(jobs: JobQueue) -> None:
+    """Let time pass for every dedup hold (instead of sleeping through a ttl)."""
+    await jobs.db.pool.execute(
+        f"UPDATE {jobs.schema}.dedup_holds SET expires_at = now() - interval '1 second'"
+    )
+
+
+async def hold_seconds_left(jobs: JobQueue) -> float:
+    return await jobs.db.pool.fetchval(
+        f"SELECT extract(epoch FROM max(expires_at) - now()) FROM {jobs.schema}.dedup_holds"
+    )
+
+
+async def test_a_ttl_key_stays_taken_after_the_holder_finished(
+    jobs: JobQueue, seen: list[int]
+) -> None:
+    first = await jobs.enqueue("item", {"n": 1}, dedup_key="t", dedup_ttl=60)
+    await jobs.worker().run(until_drained=True)
+    again = await jobs.enqueue("item", {"n": 2}, dedup_key="t", dedup_ttl=60)
+    assert again.id == first.id and again.duplicate  # throttled although the first completed
+    assert await jobs.dedup_holder("default", "t") == first.id
+    await expire_holds(jobs)
+    assert await jobs.dedup_holder("default", "t") is None
+    third = await jobs.enqueue("item", {"n": 3}, dedup_key="t", dedup_ttl=60)
+    assert not third.duplicate and third.id != first.id
+    assert seen == [1]
+
+
+async def test_a_ttl_key_expires_even_while_its_holder_is_in_flight(
+    jobs: JobQueue, seen: list[int]
+) -> None:
+    first = await jobs.enqueue("item", {"n": 1}, dedup_key="t", dedup_ttl=60)
+    await expire_holds(jobs)
+    second = await jobs.enqueue("item", {"n": 2}, dedup_key="t", dedup_ttl=60)
+    assert not second.duplicate and second.id != first.id
+    assert await count(jobs) == 2
+
+
+async def test_extend_restarts_the_hold_on_each_duplicate(jobs: JobQueue, seen: list[int]) -> None:
+    await jobs.enqueue("item", {"n": 1}, dedup_key="e", dedup_ttl=10)
+    await jobs.db.pool.execute(
+        f"UPDATE {jobs.schema}.dedup_holds SET expires_at = now() + interval '1 second'"
+    )
+    plain = await jobs.enqueue("item", {"n": 2}, dedup_key="e", dedup_ttl=10)
+    assert plain.duplicate and await hold_seconds_left(jobs) < 2  # no extend: unchanged
+    extended = await jobs.enqueue("item", {"n": 3}, dedup_key="e", dedup_ttl=10, dedup_extend=True)
+    assert extended.duplicate and await hold_seconds_left(jobs) > 9
+
+
+async def test_replace_swaps_a_delayed_holder_but_not_a_started_one(
+    jobs: JobQueue, seen: list[int]
+) -> None:
+    first = await jobs.enqueue("item", {"n": 1}, dedup_key="d", dedup_ttl=60, delay=30,
+                               dedup_replace=True)  # fmt: skip
+    second = await jobs.enqueue("item", {"n": 2}, dedup_key="d", dedup_ttl=60, delay=30,
+                                dedup_replace=True)  # fmt: skip
+    assert not second.duplicate and second.id != first.id
+    assert await jobs.get(first.id) is None  # the delayed holder was replaced
+    assert (await jobs.get(second.id)).payload == {"n": 2, "label": ""}  # type: ignore[union-attr]
+    await jobs.promote(second.id)
+    await jobs.worker().run(until_drained=True)
+    third = await jobs.enqueue("item", {"n": 3}, dedup_key="d", dedup_ttl=60, dedup_replace=True)
+    assert third.duplicate and third.id == second.id  # a finished holder is not replaced
+    assert seen == [2]
+
+
+async def test_concurrent_ttl_enqueues_make_one_job(jobs: JobQueue, seen: list[int]) -> None:
+    results = await asyncio.gather(
+        *(jobs.enqueue("item", {"n": i}, dedup_key="c", dedup_ttl=60) for i in range(30)),
+        jobs.enqueue_many([JobSpec("item", {"n": 99}, dedup_key="c", dedup_ttl=60)]),
+    )
+    flat = [r for r in results if not isinstance(r, list)] + results[-1]  # type: ignore[operator]
+    assert len({r.id for r in flat}) == 1 and sum(not r.duplicate for r in flat) == 1
+    assert await count(jobs) == 1
+
+
+async def test_release_frees_ttl_and_in_flight_keys(jobs: JobQueue, seen: list[int]) -> None:
+    await jobs.enqueue("item", {"n": 1}, dedup_key="r", dedup_ttl=60)
+    await jobs.enqueue("item", {"n": 2}, dedup_key="s")
+    assert await jobs.release_dedup_key("default", "r")
+    assert await jobs.release_dedup_key("default", "s")
+    assert not await jobs.release_dedup_key("default", "nothing")
+    assert not (await jobs.enqueue("item", {"n": 3}, dedup_key="r", dedup_ttl=60)).duplicate
+    assert not (await jobs.enqueue("item", {"n": 4}, dedup_key="s")).duplicate
+
+
+async def test_time_bound_dedup_options_are_checked(jobs: JobQueue, seen: list[int]) -> None:
+    with pytest.raises(InvalidOption, match="dedup_ttl"):
+        await jobs.enqueue("item", {"n": 1}, dedup_ttl=5)
+    with pytest.raises(InvalidOption, match="dedup_ttl"):
+        await jobs.enqueue("item", {"n": 1}, dedup_key="k", dedup_ttl=0)
+    with pytest.raises(InvalidOption, match="dedup_replace"):
+        await jobs.enqueue("item", {"n": 1}, dedup_key="k", dedup_replace=True)
+    assert await count(jobs) == 0

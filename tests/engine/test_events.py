@@ -87,9 +87,7 @@ async def test_jobs_without_the_flag_write_nothing(jobs: JobQueue, kinds: None) 
     assert n == 0
 
 
-async def test_a_new_stream_skips_history_and_a_cursor_resumes(
-    jobs: JobQueue, kinds: None
-) -> None:
+async def test_a_new_stream_skips_history_and_a_cursor_resumes(jobs: JobQueue, kinds: None) -> None:
     before = await jobs.enqueue("work", {"n": 3}, events=True)
     async with jobs.events(["q"]) as stream:
         after = await jobs.enqueue("work", {"n": 4}, events=True)

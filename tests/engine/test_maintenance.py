@@ -197,7 +197,11 @@ async def test_maintenance_runs_as_scheduled_jobs(jobs: JobQueue, kinds) -> None
     assert sweep_row is not None and sweep_row.status is Status.COMPLETED
     # The "ok" job goes; the sweep job itself finished after the watermark it set, so GC keeps
     # it until a later sweep has counted it.
-    assert gc_row is not None and gc_row.output == {"deleted_jobs": 1, "deleted_flows": 0, "deleted_events": 0}
+    assert gc_row is not None and gc_row.output == {
+        "deleted_jobs": 1,
+        "deleted_flows": 0,
+        "deleted_events": 0,
+    }
     assert (await rollup(jobs))["completed"] >= 1
 
 
