@@ -172,7 +172,8 @@ class JobQueue:
     ) -> int | None:
         """The id of the job that holds ``dedup_key`` now: by an unexpired time-bound hold
         (``dedup_ttl``), else by being in flight. None when the key is free."""
-        return await self.db.fetchval("dedup_holder", queue, tenant, dedup_key)
+        holder = await self.db.fetchval("dedup_holder", queue, tenant, dedup_key)
+        return None if holder is None else int(holder)
 
     async def release_dedup_key(
         self, queue: str, dedup_key: str, *, tenant: str | None = None
