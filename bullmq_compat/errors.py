@@ -12,7 +12,8 @@ class DelayedError(Exception):
 
 
 class WaitingChildrenError(Exception):
-    """Raised after ``job.moveToWaitingChildren(...)``: not supported yet by the facade."""
+    """Raised after ``job.moveToWaitingChildren(...)`` returned True: the job waits for its
+    children and runs again, without using an attempt."""
 
 
 class RateLimitError(Exception):

@@ -9,23 +9,9 @@ from typing import Any
 import pgjobs
 from bullmq_compat.connection import Connection
 from bullmq_compat.job import Job
-from bullmq_compat.options import KIND, enqueue_options
+from bullmq_compat.options import FAILURE_OPTIONS, KIND, edge_policy, enqueue_options
 from bullmq_compat.queue import Queue, facade_registry
-from pgjobs import EdgePolicy, InvalidOption
-
-_FAILURE_OPTIONS = {
-    "failParentOnFailure": EdgePolicy.CASCADE,
-    "ignoreDependencyOnFailure": EdgePolicy.IGNORE,
-    "removeDependencyOnFailure": EdgePolicy.IGNORE,
-    "continueParentOnFailure": EdgePolicy.CONTINUE,
-}
-
-
-def _policy(opts: dict[str, Any]) -> EdgePolicy:
-    chosen = [name for name in _FAILURE_OPTIONS if opts.get(name)]
-    if len(chosen) > 1:
-        raise InvalidOption(chosen[1], f"cannot be combined with {chosen[0]}")
-    return _FAILURE_OPTIONS[chosen[0]] if chosen else EdgePolicy.BLOCK
+from pgjobs import InvalidOption
 
 
 class FlowProducer:
@@ -80,12 +66,12 @@ class FlowProducer:
             )
         defaults = (queues_options.get(queue_name) or {}).get("defaultJobOptions", {})
         opts = {**defaults, **(node.get("opts") or {})}
-        job_opts = {k: v for k, v in opts.items() if k not in _FAILURE_OPTIONS}
+        job_opts = {k: v for k, v in opts.items() if k not in FAILURE_OPTIONS}
         options = enqueue_options(node.get("name", ""), job_opts, self.prefix, queue_name)
         graph.add(handle, KIND, node.get("data"), **options)
         nodes.append((handle, node))
         if parent is not None:
-            graph.edge(handle, parent, _policy(opts))
+            graph.edge(handle, parent, edge_policy(opts))
         for index, child in enumerate(node.get("children") or []):
             self._build(graph, child, f"{handle}.{index}", handle, nodes, queues_options)
 

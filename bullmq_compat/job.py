@@ -254,6 +254,20 @@ class Job:
             raise RuntimeError("moveToDelayed must be called by the job's processor")
         self._delay_until_ms = float(timestamp)
 
+    async def moveToWaitingChildren(
+        self, token: str | None = None, opts: dict[str, Any] | None = None
+    ) -> bool:
+        """Inside the processor: True when children added to this job (``parent`` option) are
+        still open; then ``raise WaitingChildrenError()`` and the job runs again once they are
+        done, without using an attempt."""
+        if self._ctx is None:
+            raise RuntimeError("moveToWaitingChildren must be called by the job's processor")
+        return await self._ctx.open_prerequisites() > 0
+
+    @property
+    def queueQualifiedName(self) -> str:
+        return self.queue.qualifiedName
+
     def _record_failure(self, exc: BaseException) -> None:
         self._error = exc
         self.failedReason = str(exc)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pgjobs import Backoff, InvalidOption, JobRow, Keep, Status, SubState
+from pgjobs import Backoff, EdgePolicy, InvalidOption, JobRow, Keep, Status, SubState
 
 MAX_BULLMQ_PRIORITY = 2_097_152
 NO_PRIORITY = 10  # engine priority of a job without one: ahead of every prioritized job
@@ -65,10 +65,26 @@ def _backoff(value: Any) -> Backoff | None:
     raise InvalidOption("backoff", f"must be milliseconds or {{type, delay}}, got {value!r}")
 
 
+# A child's failure option -> the engine edge policy (none of them: block, BullMQ's default).
+FAILURE_OPTIONS = {
+    "failParentOnFailure": EdgePolicy.CASCADE,
+    "ignoreDependencyOnFailure": EdgePolicy.IGNORE,
+    "removeDependencyOnFailure": EdgePolicy.IGNORE,
+    "continueParentOnFailure": EdgePolicy.CONTINUE,
+}
+
+
+def edge_policy(opts: dict[str, Any]) -> EdgePolicy:
+    """The policy of a child's edge to its parent; the four options are mutually exclusive."""
+    chosen = [name for name in FAILURE_OPTIONS if opts.get(name)]
+    if len(chosen) > 1:
+        raise InvalidOption(chosen[1], f"cannot be combined with {chosen[0]}")
+    return FAILURE_OPTIONS[chosen[0]] if chosen else EdgePolicy.BLOCK
+
+
 _UNSUPPORTED = {
     "repeat": "`repeat` was removed in BullMQ v5: use queue.upsertJobScheduler(...)",
     "debounce": "`debounce` was removed in BullMQ v5: use deduplication {id, ttl, extend, replace}",
-    "parent": "`parent` on add is not supported yet: use FlowProducer",
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,6 +13,7 @@ from bullmq_compat.job import Job, job_id_of
 from bullmq_compat.options import (
     KIND,
     NO_PRIORITY,
+    edge_policy,
     engine_queue,
     enqueue_options,
     state_of,
@@ -59,6 +61,10 @@ _SUB_STATES: dict[str, tuple[SubState, ...]] = {
 _CLEANABLE = {"completed", "failed", "delayed", "wait", "waiting", "prioritized", "active"}
 
 
+def vars_of(spec: JobSpec) -> dict[str, Any]:
+    return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+
+
 def facade_registry() -> pgjobs.Registry:
     registry = pgjobs.Registry()
     registry.declare(KIND, input=Any)
@@ -104,10 +110,14 @@ class Queue:
 
     async def add(self, name: str, data: Any, opts: dict[str, Any] | None = None) -> Job:
         """Add one job. An existing ``jobId`` returns the existing job's id (with the new data,
-        as BullMQ does); a held simple deduplication id returns the holder's id."""
+        as BullMQ does); a held deduplication id returns the holder's id. With ``parent``
+        ``{id, queue}`` the job becomes a child the (waiting or active) parent waits for."""
         jobs = await self._engine()
         spec, merged = self._spec(name, data, opts)
-        result = (await jobs.enqueue_many([spec]))[0]
+        if merged.get("parent"):
+            result = await self._add_child(jobs, spec, merged)
+        else:
+            result = (await jobs.enqueue_many([spec]))[0]
         if result.duplicate:
             await self._report_duplicate(jobs, merged, result.id)
         return self._added(name, data, merged, result.id)
@@ -124,6 +134,36 @@ class Queue:
             self._added(j["name"], j.get("data"), merged, result.id)
             for j, (_, merged), result in zip(jobs, specs, results, strict=True)
         ]
+
+    async def _add_child(
+        self, jobs: pgjobs.JobQueue, spec: JobSpec, opts: dict[str, Any]
+    ) -> pgjobs.EnqueueResult:
+        parent = opts["parent"]
+        if not isinstance(parent, dict) or "id" not in parent or "queue" not in parent:
+            raise pgjobs.InvalidOption(
+                "parent",
+                f"must be {{id, queue}} (queue: the parent's qualifiedName), got {parent!r}",
+            )
+        parent_id = await self._engine_id_of(jobs, str(parent["queue"]), str(parent["id"]))
+        if parent_id is None:
+            raise RuntimeError(f"Missing key for parent job {parent['queue']}:{parent['id']}")
+        fields = {k: v for k, v in vars_of(spec).items() if k not in ("kind", "input")}
+        return await jobs.add_prerequisite(
+            parent_id, spec.kind, spec.input, policy=edge_policy(opts), any_tenant=True, **fields
+        )
+
+    async def _engine_id_of(
+        self, jobs: pgjobs.JobQueue, qualified_queue: str, job_id: str
+    ) -> int | None:
+        """The engine id of BullMQ job ``job_id`` in queue ``<prefix>:<name>``."""
+        rows = await jobs.list_jobs(JobFilter(queue=qualified_queue, job_key=job_id), limit=1)
+        if rows:
+            return rows[0].id
+        if job_id.isdigit():
+            row = await jobs.get(int(job_id), any_tenant=True)
+            if row is not None and row.queue == qualified_queue and row.job_key is None:
+                return row.id
+        return None
 
     async def _report_duplicate(
         self, jobs: pgjobs.JobQueue, opts: dict[str, Any], holder_id: int
@@ -158,15 +198,9 @@ class Queue:
     async def getJob(self, job_id: str) -> Job | None:
         """The job with this id: a custom ``jobId``, or an automatic (numeric) id."""
         jobs = await self._engine()
-        rows = await jobs.list_jobs(self._filter(job_key=str(job_id)), limit=1)
-        if not rows and str(job_id).isdigit():
-            row = await jobs.get(int(job_id), any_tenant=True)
-            rows = (
-                [row]
-                if row is not None and row.queue == self.qualifiedName and row.job_key is None
-                else []
-            )
-        return Job.from_row(self, rows[0]) if rows else None
+        engine_id = await self._engine_id_of(jobs, self.qualifiedName, str(job_id))
+        row = None if engine_id is None else await jobs.get(engine_id, any_tenant=True)
+        return None if row is None else Job.from_row(self, row)
 
     async def getJobState(self, job_id: str) -> str:
         job = await self.getJob(job_id)

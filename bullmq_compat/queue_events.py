@@ -86,6 +86,8 @@ def translate(event: JobEvent) -> list[tuple[str, dict[str, Any]]]:
             return [failed]
         case "retrying" | "deferred":
             return [_waiting_or_delayed(event, job_id, "active")]
+        case "waiting_children":
+            return [("waiting-children", {"jobId": job_id, "prev": "active"})]
         case "stalled":
             return [
                 ("stalled", {"jobId": job_id}),

@@ -20,7 +20,7 @@ from bullmq_compat.events import EventEmitter
 from bullmq_compat.job import Job
 from bullmq_compat.options import KIND, engine_queue
 from bullmq_compat.queue import Queue
-from pgjobs import Delayed, Fatal, JobContext
+from pgjobs import Delayed, Fatal, JobContext, WaitForPrerequisites
 
 Processor = Callable[..., Awaitable[Any]]
 
@@ -109,9 +109,8 @@ class Worker(EventEmitter):
             # After worker.rateLimit(ms): back to waiting, no attempt used; the queue's limit
             # keeps every worker from taking it before the window ends.
             raise Delayed(0, "rate limited") from None
-        except WaitingChildrenError as exc:
-            job._record_failure(exc)
-            raise Fatal(f"{type(exc).__name__} is not supported yet by the pgjobs facade") from exc
+        except WaitingChildrenError:
+            raise WaitForPrerequisites() from None
         except Exception as exc:
             job._record_failure(exc)
             raise

@@ -41,7 +41,7 @@ from pgjobs.models import (
     Status,
     SubState,
 )
-from pgjobs.outcomes import Delayed, Fatal, Retry
+from pgjobs.outcomes import Delayed, Fatal, Retry, WaitForPrerequisites
 from pgjobs.queues import QueueSettings
 from pgjobs.schedules import Schedule, Scheduler
 from pgjobs.worker import Worker, WorkerStats
@@ -93,6 +93,7 @@ __all__ = [
     "SubState",
     "SubmittedFlow",
     "UnknownKind",
+    "WaitForPrerequisites",
     "Worker",
     "WorkerStats",
     "dsn_from_env",

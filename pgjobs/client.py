@@ -15,7 +15,7 @@ from pgjobs.enqueue import JobSpec, insert_many, insert_one, prepare
 from pgjobs.errors import SchemaMissing
 from pgjobs.events import EventStream
 from pgjobs.executor import Connection, Database
-from pgjobs.flows import Flow, Flows, SubmittedFlow
+from pgjobs.flows import EdgePolicy, Flow, Flows, SubmittedFlow
 from pgjobs.kinds import Kind, Registry
 from pgjobs.maintenance import register_maintenance
 from pgjobs.models import (
@@ -218,6 +218,30 @@ class JobQueue:
     ) -> list[int]:
         """Re-drive a failed flow in place (refused with FlowRunning while a node runs)."""
         return await self._flows.requeue(flow_id, tenant=tenant, any_tenant=any_tenant)
+
+    async def add_prerequisite(
+        self,
+        dependent_id: int,
+        kind: str | Kind[Any],
+        input: Any,
+        *,
+        policy: EdgePolicy = EdgePolicy.BLOCK,
+        tenant: str | None = None,
+        any_tenant: bool = False,
+        connection: Connection | None = None,
+        **options: Any,
+    ) -> EnqueueResult:
+        """Enqueue a job that the pending or running job ``dependent_id`` must wait for (a child
+        added while its parent runs); see Flows.add_prerequisite. The running parent then raises
+        ``WaitForPrerequisites`` to wait for it."""
+        return await self._flows.add_prerequisite(
+            dependent_id,
+            JobSpec(kind, input, **options),
+            policy,
+            tenant=tenant,
+            any_tenant=any_tenant,
+            connection=connection,
+        )
 
     async def prerequisite_results(self, job_id: int) -> list[dict[str, Any]]:
         """Each prerequisite of ``job_id``: id, kind, name, queue, status, output, edge policy,

@@ -125,6 +125,15 @@ class JobContext:
             self.lost = True
         return seq is not None
 
+    async def open_prerequisites(self) -> int:
+        """How many of this job's prerequisites are still open (or blocked by a failure); raises
+        JobLost if the job was taken over. Raise ``WaitForPrerequisites`` to wait for them."""
+        count = await self._db.fetchval("open_prerequisites", self.id, self.lock_token)
+        if count is None:
+            self.lost = True
+            raise JobLost(self.id)
+        return int(count)
+
     async def prerequisites(self) -> list[dict[str, Any]]:
         """This job's prerequisites in its flow: id, kind, name, queue, status, output, and the
         policy, state and recorded failure of each edge."""

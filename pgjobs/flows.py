@@ -12,7 +12,7 @@ import asyncpg
 
 from pgjobs import jsonvalue
 from pgjobs.config import notify_channel
-from pgjobs.enqueue import JobSpec, insert_many, prepare
+from pgjobs.enqueue import JobSpec, insert_many, insert_one, prepare
 from pgjobs.errors import (
     FlowConflict,
     FlowCycle,
@@ -23,6 +23,7 @@ from pgjobs.errors import (
 )
 from pgjobs.executor import Connection, Database
 from pgjobs.kinds import Kind, Registry
+from pgjobs.models import EnqueueResult
 
 
 class EdgePolicy(StrEnum):
@@ -184,6 +185,57 @@ class Flows:
                     conn=conn,
                 )
             return SubmittedFlow(flow_id, ids)
+
+        if connection is not None:
+            async with connection.transaction():
+                return await write(connection)
+        async with self._db.transaction() as conn:
+            return await write(conn)
+
+    async def add_prerequisite(
+        self,
+        dependent_id: int,
+        spec: JobSpec,
+        policy: EdgePolicy,
+        *,
+        tenant: str | None,
+        any_tenant: bool,
+        connection: Connection | None = None,
+    ) -> EnqueueResult:
+        """Enqueue ``spec`` as a new prerequisite of an existing pending or running job (a
+        child added while the parent runs), in one transaction: the job, the edge and the
+        dependent's count. The new job joins the dependent's flow (one is made if it has none)
+        and its tenant. A job key already taken attaches the existing job instead (BullMQ
+        reuses a child id), unless that would close a cycle."""
+        policy = EdgePolicy(policy)
+
+        async def write(conn: Connection) -> EnqueueResult:
+            row = await self._db.fetchrow(
+                "lock_dependent", dependent_id, tenant, any_tenant, conn=conn
+            )
+            if row is None:
+                raise InvalidFlow(f"no job {dependent_id} to add a prerequisite to")
+            if row["status"] not in ("pending", "running"):
+                raise InvalidFlow(
+                    f"job {dependent_id} is {row['status']}: prerequisites can only be added to"
+                    " a pending or running job"
+                )
+            flow_id = row["flow_id"]
+            if flow_id is None:
+                flow_id = await self._db.fetchval(
+                    "adopt_into_flow", dependent_id, row["tenant"], conn=conn
+                )
+            job = prepare(replace(spec, tenant=row["tenant"]), self._registry)
+            result = await insert_one(self._db, replace(job, flow_id=flow_id), conn)
+            if result.duplicate and await self._db.fetchval(
+                "depends_on", result.id, dependent_id, conn=conn
+            ):
+                raise FlowCycle([str(result.id), str(dependent_id)])
+            await self._db.fetchrow(
+                "attach_prerequisite", result.id, dependent_id, policy.value, conn=conn
+            )
+            await self._db.fetch("resolve_finished_prerequisite", result.id, conn=conn)
+            return result
 
         if connection is not None:
             async with connection.transaction():

@@ -226,7 +226,8 @@ class MetricsBucket:
 @dataclass(frozen=True, slots=True)
 class JobEvent:
     """One entry of the event log. ``event`` is one of: added, active, progress, completed,
-    failed (dead), retrying, deferred, stalled, released (prerequisites done), requeued,
+    failed (dead), retrying, deferred, waiting_children (back to wait for prerequisites added
+    while it ran), stalled, released (prerequisites done), requeued,
     rescheduled (due time moved while pending), cancelled, removed; or a queue event (paused,
     resumed, or any name given to ``publish_event``) with ``job_id`` None. ``prev`` is the
     status the job left; ``cursor`` resumes a stream just after this event."""

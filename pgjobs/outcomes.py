@@ -39,6 +39,12 @@ class Delayed(Exception):
         super().__init__(reason)
 
 
+class WaitForPrerequisites(Exception):
+    """Put this job back until the prerequisites added while it ran are resolved (see
+    ``JobQueue.add_prerequisite``); it then runs again. Uses no attempt and no deferral. If none
+    is open any more, it is due again at once."""
+
+
 class Fatal(Exception):
     """Fail this job at once: it goes ``dead`` with no retry."""
 

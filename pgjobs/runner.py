@@ -13,7 +13,7 @@ from pgjobs.backoff import Backoff
 from pgjobs.context import JobContext
 from pgjobs.errors import InvalidJobInput, JobLost
 from pgjobs.kinds import Kind
-from pgjobs.outcomes import Delayed, Fatal, Outcome, Retry
+from pgjobs.outcomes import Delayed, Fatal, Outcome, Retry, WaitForPrerequisites
 
 
 def _error(exc: BaseException, ctx: JobContext, **extra: Any) -> str:
@@ -54,6 +54,8 @@ def decide(ctx: JobContext, backoff: Backoff, exc: BaseException) -> Outcome:
         return Outcome(
             ctx.id, ctx.lock_token, "pending", delay=exc.after, refund_attempt=1, deferred=1
         )
+    if isinstance(exc, WaitForPrerequisites):
+        return Outcome(ctx.id, ctx.lock_token, "pending", refund_attempt=1)
     if isinstance(exc, Retry):
         return _retry_or_dead(ctx, exc, exc.after)
     return _retry_or_dead(ctx, exc, backoff.seconds(ctx.attempts))

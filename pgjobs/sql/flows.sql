@@ -77,3 +77,45 @@ RETURNING id;
 
 -- name: flow_exists
 SELECT EXISTS (SELECT FROM {schema}.jobs WHERE flow_id = $1 AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text));
+
+-- name: lock_dependent
+-- The job that will receive a new prerequisite, locked, if it exists for the tenant.
+SELECT id, status, flow_id, tenant FROM {schema}.jobs
+WHERE id = $1 AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text)
+FOR UPDATE;
+
+-- name: adopt_into_flow
+-- Give job $1 (tenant $2) a flow of its own, so that prerequisites added later share it.
+WITH f AS (INSERT INTO {schema}.flows (tenant) VALUES ($2) RETURNING id)
+UPDATE {schema}.jobs SET flow_id = (SELECT id FROM f) WHERE id = $1 RETURNING flow_id;
+
+-- name: depends_on
+-- Whether job $1 already depends, directly or transitively, on job $2 (a new edge $1 -> $2
+-- would close a cycle).
+WITH RECURSIVE up(id) AS (
+    SELECT prerequisite_id FROM {schema}.job_edges WHERE dependent_id = $1
+    UNION
+    SELECT e.prerequisite_id FROM {schema}.job_edges e JOIN up ON e.dependent_id = up.id
+)
+SELECT EXISTS (SELECT FROM up WHERE id = $2);
+
+-- name: attach_prerequisite
+-- Edge $1 -> $2 with policy $3; the dependent's count of open prerequisites follows. A
+-- prerequisite already finished is resolved at once (resolve_dependents applies the policy).
+WITH edge AS (
+    INSERT INTO {schema}.job_edges (prerequisite_id, dependent_id, policy)
+    VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING 1
+),
+counted AS (
+    UPDATE {schema}.jobs d SET pending_deps = d.pending_deps + (SELECT count(*) FROM edge)
+    WHERE d.id = $2 RETURNING d.id
+)
+SELECT (SELECT count(*) FROM edge) AS added, (SELECT count(*) FROM counted) AS counted;
+
+-- name: resolve_finished_prerequisite
+SELECT {schema}.resolve_dependents(ARRAY[$1::bigint])
+FROM {schema}.jobs WHERE id = $1 AND status IN ('completed', 'dead', 'cancelled');
+
+-- name: open_prerequisites
+-- Job $1's prerequisites still open (or blocked), if the caller still owns it (token $2).
+SELECT pending_deps FROM {schema}.jobs WHERE id = $1 AND lock_token = $2 AND status = 'running';

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from bullmq_compat import FlowProducer, Queue, UnrecoverableError, Worker
+from bullmq_compat import FlowProducer, Queue, UnrecoverableError, WaitingChildrenError, Worker
 from pgjobs import JobQueue
 from tests.helpers import eventually
 
@@ -153,3 +153,47 @@ async def test_conflicting_failure_options_are_refused(opts: dict) -> None:
         )
     assert await Queue("x", opts).count() == 0
     await producer.close()
+
+
+async def test_process_step_jobs_with_waiting_children(opts: dict) -> None:
+    """BullMQ's "process step jobs" pattern: a parent adds children with ``parent`` while it
+    runs, waits with moveToWaitingChildren + WaitingChildrenError, then finishes."""
+    parents = Queue("steps", opts)
+    children = Queue("step-children", opts)
+    parent = await parents.add("parent", {"step": "initial"}, {"attempts": 1})
+    done = asyncio.Event()
+    seen: list[tuple[str, int]] = []
+
+    async def parent_process(job, token):
+        step = job.data["step"]
+        seen.append((step, job.attemptsMade))
+        if step == "initial":
+            for n in (1, 2):
+                await children.add(
+                    "child", {"n": n}, {"parent": {"id": job.id, "queue": job.queueQualifiedName}}
+                )
+            await job.updateData({"step": "second"})
+            step = "second"
+        if step == "second":
+            if await job.moveToWaitingChildren(token):
+                raise WaitingChildrenError()
+            await job.updateData({"step": "finish"})
+        return sum((await job.getChildrenValues()).values())
+
+    async def child_process(job, token):
+        return job.data["n"] * 100
+
+    parent_worker = Worker("steps", parent_process, opts)
+    parent_worker.on("completed", lambda job, result: done.set())
+    child_worker = Worker("step-children", child_process, opts)
+    await asyncio.wait_for(done.wait(), 30)
+    await parent_worker.close()
+    await child_worker.close()
+    finished = await parents.getJob(parent.id)
+    assert finished is not None and finished.returnvalue == 300
+    assert finished.attemptsMade == 1  # waiting for children used no attempt
+    assert seen == [("initial", 0), ("second", 0)]
+    with pytest.raises(RuntimeError, match="Missing key for parent"):
+        await children.add("orphan", {}, {"parent": {"id": "nope", "queue": "bull:steps"}})
+    await parents.close()
+    await children.close()

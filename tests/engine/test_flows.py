@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pydantic
 import pytest
@@ -20,6 +21,7 @@ from pgjobs import (
     JobQueue,
     Registry,
     Status,
+    WaitForPrerequisites,
 )
 from tests.helpers import eventually
 
@@ -375,3 +377,63 @@ async def test_node_with_a_taken_job_key_writes_nothing(jobs: JobQueue, ran: lis
         await jobs.submit_flow(flow)
     assert info.value.node == "b" and info.value.existing_id == existing.id
     assert await count(jobs) == 1 and await count(jobs, "flows") == 0
+
+
+async def test_a_running_job_adds_prerequisites_and_waits_for_them(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    runs: list[tuple[str, int, int]] = []
+
+    @registry.kind("step", input=Any, queue="steps")
+    async def step(ctx: JobContext, data: Any) -> Any:
+        runs.append((data["role"], ctx.attempts, ctx.deferrals))
+        if data["role"] == "child":
+            return data["n"] * 10
+        if not await ctx.prerequisites():  # first run: add two children, then wait
+            for n in (1, 2):
+                await jobs.add_prerequisite(
+                    ctx.id, "step", {"role": "child", "n": n}, tenant=ctx.tenant
+                )
+            assert await ctx.open_prerequisites() == 2
+            raise WaitForPrerequisites()
+        return sorted(p["output"] for p in await ctx.prerequisites())
+
+    parent = await jobs.enqueue("step", {"role": "parent"}, tenant="t1")
+    await jobs.worker(queues=["steps"], concurrency=1).run(until_drained=True)
+    row = await jobs.get(parent.id, tenant="t1")
+    assert row is not None and row.status == Status.COMPLETED and row.output == [10, 20]
+    assert row.attempts == 1 and row.deferrals == 0  # waiting used neither
+    assert [r[0] for r in runs] == ["parent", "child", "child", "parent"]
+    view = await jobs.flow_view(row.flow_id, tenant="t1")  # type: ignore[arg-type]
+    assert view is not None and len(view.nodes) == 3 and len(view.edges) == 2
+    assert {n.status for n in view.nodes} == {Status.COMPLETED}
+
+
+async def test_adding_a_prerequisite_checks_its_dependent(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    @registry.kind("plain", input=Any, queue="p")
+    async def plain(ctx: JobContext, data: Any) -> None:
+        return None
+
+    done = await jobs.enqueue("plain", {})
+    await jobs.worker(queues=["p"]).run(until_drained=True)
+    with pytest.raises(InvalidFlow, match="completed"):
+        await jobs.add_prerequisite(done.id, "plain", {})
+    with pytest.raises(InvalidFlow, match="no job"):
+        await jobs.add_prerequisite(10**9, "plain", {})
+    other = await jobs.enqueue("plain", {}, tenant="a")
+    with pytest.raises(InvalidFlow, match="no job"):
+        await jobs.add_prerequisite(other.id, "plain", {}, tenant="b")
+    # an existing job key attaches that job (BullMQ reuses a child id)
+    waiting = await jobs.enqueue("plain", {}, delay=3600, job_key="parent-key")
+    child = await jobs.add_prerequisite(waiting.id, "plain", {}, job_key="shared")
+    again = await jobs.add_prerequisite(waiting.id, "plain", {}, job_key="shared")
+    assert again.id == child.id and again.duplicate
+    row = await jobs.get(waiting.id)
+    assert row is not None and row.pending_deps == 1
+    # attaching the parent under its own child would close a cycle: refused, nothing written
+    with pytest.raises(FlowCycle):
+        await jobs.add_prerequisite(child.id, "plain", {}, job_key="parent-key")
+    child_row = await jobs.get(child.id)
+    assert child_row is not None and child_row.pending_deps == 0

@@ -1,5 +1,5 @@
 -- 0004: the job event log. A job enqueued with events=True has every transition (added,
--- active, progress, completed, failed, retrying, deferred, stalled, released, requeued,
+-- active, progress, completed, failed, retrying, deferred, waiting_children, stalled, released, requeued,
 -- rescheduled, cancelled, removed) appended to job_events by a row trigger, in the same
 -- transaction as the change, so the log and the table never disagree. Jobs without the flag
 -- do not fire the trigger at all (its WHEN clause), so the hot path of a plain job is unchanged.
@@ -62,6 +62,7 @@ BEGIN
                 ev := 'cancelled';
             ELSIF OLD.status = 'running' THEN
                 ev := CASE WHEN NEW.deferrals > OLD.deferrals THEN 'deferred'
+                           WHEN NEW.pending_deps > 0 THEN 'waiting_children'
                            WHEN NEW.last_error ->> 'type' = 'LeaseExpired'
                                 AND NEW.last_error IS DISTINCT FROM OLD.last_error THEN 'stalled'
                            ELSE 'retrying' END;
