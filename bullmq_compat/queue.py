@@ -108,25 +108,34 @@ class Queue:
         options = enqueue_options(name, merged, self.prefix, self.name, events=self._record_events)
         return JobSpec(KIND, data, **options), merged
 
-    async def add(self, name: str, data: Any, opts: dict[str, Any] | None = None) -> Job:
+    async def add(
+        self,
+        name: str,
+        data: Any,
+        opts: dict[str, Any] | None = None,
+        *,
+        connection: Any = None,
+    ) -> Job:
         """Add one job. An existing ``jobId`` returns the existing job's id (with the new data,
         as BullMQ does); a held deduplication id returns the holder's id. With ``parent``
-        ``{id, queue}`` the job becomes a child the (waiting or active) parent waits for."""
+        ``{id, queue}`` the job becomes a child the (waiting or active) parent waits for.
+        ``connection`` (a pgjobs extension): an asyncpg connection in a transaction; the job is
+        written in it and exists only if that transaction commits."""
         jobs = await self._engine()
         spec, merged = self._spec(name, data, opts)
         if merged.get("parent"):
-            result = await self._add_child(jobs, spec, merged)
+            result = await self._add_child(jobs, spec, merged, connection)
         else:
-            result = (await jobs.enqueue_many([spec]))[0]
+            result = (await jobs.enqueue_many([spec], connection=connection))[0]
         if result.duplicate:
             await self._report_duplicate(jobs, merged, result.id)
         return self._added(name, data, merged, result.id)
 
-    async def addBulk(self, jobs: list[dict[str, Any]]) -> list[Job]:
-        """Add many jobs in one statement (all or nothing)."""
+    async def addBulk(self, jobs: list[dict[str, Any]], *, connection: Any = None) -> list[Job]:
+        """Add many jobs in one statement (all or nothing); ``connection`` as for ``add``."""
         engine = await self._engine()
         specs = [self._spec(j["name"], j.get("data"), j.get("opts")) for j in jobs]
-        results = await engine.enqueue_many([spec for spec, _ in specs])
+        results = await engine.enqueue_many([spec for spec, _ in specs], connection=connection)
         for (_, merged), result in zip(specs, results, strict=True):
             if result.duplicate:
                 await self._report_duplicate(engine, merged, result.id)
@@ -136,7 +145,7 @@ class Queue:
         ]
 
     async def _add_child(
-        self, jobs: pgjobs.JobQueue, spec: JobSpec, opts: dict[str, Any]
+        self, jobs: pgjobs.JobQueue, spec: JobSpec, opts: dict[str, Any], connection: Any
     ) -> pgjobs.EnqueueResult:
         parent = opts["parent"]
         if not isinstance(parent, dict) or "id" not in parent or "queue" not in parent:
@@ -149,7 +158,13 @@ class Queue:
             raise RuntimeError(f"Missing key for parent job {parent['queue']}:{parent['id']}")
         fields = {k: v for k, v in vars_of(spec).items() if k not in ("kind", "input")}
         return await jobs.add_prerequisite(
-            parent_id, spec.kind, spec.input, policy=edge_policy(opts), any_tenant=True, **fields
+            parent_id,
+            spec.kind,
+            spec.input,
+            policy=edge_policy(opts),
+            any_tenant=True,
+            connection=connection,
+            **fields,
         )
 
     async def _engine_id_of(

@@ -388,3 +388,16 @@ async def test_get_metrics_in_bullmq_shape(opts: dict) -> None:
     with pytest.raises(ValueError, match="completed"):
         await queue.getMetrics("active")
     await queue.close()
+
+
+async def test_add_in_the_callers_transaction(opts: dict, jobs: JobQueue) -> None:
+    queue = Queue("tx", opts)
+    with pytest.raises(RuntimeError, match="business write failed"):
+        async with jobs.transaction() as conn:
+            await queue.add("confirm", {"order": 1}, connection=conn)
+            raise RuntimeError("business write failed")
+    assert await queue.count() == 0
+    async with jobs.transaction() as conn:
+        await queue.addBulk([{"name": "confirm", "data": {"order": 2}}], connection=conn)
+    assert await queue.count() == 1
+    await queue.close()
