@@ -11,6 +11,7 @@ import pytest
 
 from bullmq_compat import (
     DelayedError,
+    FlowProducer,
     Queue,
     QueueEvents,
     QueueEventsProducer,
@@ -394,3 +395,45 @@ async def test_deferral_keeps_data_updates(opts: dict) -> None:
     await worker.close()
     assert result == [({"ready": True}, 0)]
     await queue.close()
+
+
+async def test_get_state_in_every_state(opts: dict) -> None:
+    queue = Queue("every-state", opts)
+    waiting = await queue.add("w", {})
+    prioritized = await queue.add("p", {}, {"priority": 4})
+    delayed = await queue.add("d", {}, {"delay": 60_000})
+    tree = await FlowProducer(opts).add(
+        {"name": "parent", "queueName": "every-state-parents", "data": {},
+         "children": [{"name": "child", "queueName": "every-state-kids", "data": {}}]}
+    )  # fmt: skip
+    assert await waiting.getState() == "waiting"
+    assert await prioritized.getState() == "prioritized"
+    assert await delayed.getState() == "delayed"
+    assert await tree["job"].getState() == "waiting-children"
+
+    started, release = asyncio.Event(), asyncio.Event()
+    states: dict[str, str] = {}
+
+    async def process(job, token):
+        if job.name == "w":
+            states["inside"] = await job.getState()
+            started.set()
+            await release.wait()
+            return "done"
+        raise ValueError("no")
+
+    worker = Worker("every-state", process, {**opts, "concurrency": 2})
+    await asyncio.wait_for(started.wait(), 30)
+    assert states["inside"] == "active" and await waiting.getState() == "active"
+    release.set()
+    await eventually(lambda: _state_is(prioritized, "failed"))
+    await eventually(lambda: _state_is(waiting, "completed"))
+    await worker.close()
+    await waiting.remove()
+    assert await waiting.getState() == "unknown"
+    assert await queue.getJobState("no-such-id") == "unknown"
+    await queue.close()
+
+
+async def _state_is(job: Any, state: str) -> bool:
+    return await job.getState() == state
