@@ -6,12 +6,14 @@ leaves a half-written batch.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pgjobs import jsonvalue, options
+from pgjobs.backoff import Backoff
 from pgjobs.config import notify_channel
 from pgjobs.errors import DedupRaceError, InvalidOption
 from pgjobs.executor import Database
@@ -137,17 +139,18 @@ def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
             metadata = jsonvalue.dumps(spec.metadata)
         except jsonvalue.NotJson as exc:
             raise InvalidOption("metadata", str(exc)) from None
-    retention = {
-        status: rule
-        for status, rule in (
-            (
-                "completed",
-                options.keep("keep_completed", spec.keep_completed or kind.keep_completed),
-            ),
-            ("dead", options.keep("keep_dead", spec.keep_dead or kind.keep_dead)),
-        )
-        if rule is not None
-    }
+    keep_completed = spec.keep_completed or kind.keep_completed
+    keep_dead = spec.keep_dead or kind.keep_dead
+    retention = None
+    if keep_completed is not None or keep_dead is not None:
+        retention = {
+            status: rule
+            for status, rule in (
+                ("completed", options.keep("keep_completed", keep_completed)),
+                ("dead", options.keep("keep_dead", keep_dead)),
+            )
+            if rule is not None
+        }
     dedup_key = options.text("dedup_key", spec.dedup_key)
     hold = _dedup_hold(spec, dedup_key)
     name = spec.name if spec.name is not None else kind.label(typed)
@@ -166,9 +169,7 @@ def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
         max_deferrals=options.max_deferrals(
             spec.max_deferrals if spec.max_deferrals is not None else kind.max_deferrals
         ),
-        backoff=jsonvalue.dumps(
-            options.backoff(spec.backoff if spec.backoff is not None else kind.backoff).to_json()
-        ),
+        backoff=_backoff_text(spec.backoff if spec.backoff is not None else kind.backoff),
         dedup_key=None if hold is not None else dedup_key,
         group_key=options.text("group_key", group_key),
         tenant=options.text("tenant", spec.tenant, max_bytes=256),
@@ -178,6 +179,18 @@ def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
         record_events=bool(spec.events),
         hold=hold,
     )
+
+
+def _backoff_text(value: Any) -> str:
+    """The stored JSON of a backoff policy; a Backoff object's is computed once."""
+    if isinstance(value, Backoff):
+        return _backoff_json(value)
+    return jsonvalue.dumps(options.backoff(value).to_json())
+
+
+@functools.lru_cache(maxsize=256)
+def _backoff_json(value: Backoff) -> str:
+    return jsonvalue.dumps(value.to_json())
 
 
 def _dedup_hold(spec: JobSpec, dedup_key: str | None) -> DedupHold | None:

@@ -43,7 +43,7 @@ def _retry_or_dead(ctx: JobContext, exc: BaseException, delay: float) -> Outcome
     return Outcome(ctx.id, ctx.lock_token, "pending", delay=delay, error_json=_error(exc, ctx))
 
 
-def decide(ctx: JobContext, backoff: Backoff, exc: BaseException) -> Outcome:
+def decide(ctx: JobContext, backoff: Backoff | str, exc: BaseException) -> Outcome:
     """The outcome of a handler that raised ``exc`` (ENGINE.md, "Handler outcomes")."""
     if isinstance(exc, Fatal | InvalidJobInput):
         return _dead(ctx, exc)
@@ -58,10 +58,14 @@ def decide(ctx: JobContext, backoff: Backoff, exc: BaseException) -> Outcome:
         return Outcome(ctx.id, ctx.lock_token, "pending", refund_attempt=1)
     if isinstance(exc, Retry):
         return _retry_or_dead(ctx, exc, exc.after)
+    if isinstance(backoff, str):  # the stored JSON, parsed only when a retry needs it
+        backoff = Backoff.from_json(jsonvalue.loads(backoff))
     return _retry_or_dead(ctx, exc, backoff.seconds(ctx.attempts))
 
 
-async def run(kind: Kind[Any], payload: str, backoff: Backoff, ctx: JobContext) -> Outcome | None:
+async def run(
+    kind: Kind[Any], payload: str, backoff: Backoff | str, ctx: JobContext
+) -> Outcome | None:
     """Validate the stored payload, call the handler, map the result. None: write nothing
     (the job is no longer ours)."""
     try:

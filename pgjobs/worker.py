@@ -13,7 +13,6 @@ from typing import Any
 import asyncpg
 
 from pgjobs import jsonvalue, runner
-from pgjobs.backoff import Backoff
 from pgjobs.completer import Completer
 from pgjobs.config import notify_channel
 from pgjobs.context import JobContext
@@ -266,10 +265,10 @@ class Worker:
     async def _execute(self, ctx: JobContext, row: asyncpg.Record) -> None:
         kind = self._kinds[ctx.kind]
         outcome: Outcome | None
-        self._emit("active", ctx, {})
+        if self._on_event is not None:
+            self._emit("active", ctx, {})
         try:
-            backoff = Backoff.from_json(jsonvalue.loads(row["backoff"]))
-            outcome = await runner.run(kind, row["payload"], backoff, ctx)
+            outcome = await runner.run(kind, row["payload"], row["backoff"], ctx)
         except asyncio.CancelledError:
             # Cancelled by stop() past its timeout (release it) or by a lost heartbeat (drop it).
             outcome = (
@@ -291,7 +290,8 @@ class Worker:
             return
         if written:
             self._count(outcome)
-            self._emit(_event_of(outcome), ctx, _detail_of(outcome))
+            if self._on_event is not None:
+                self._emit(_event_of(outcome), ctx, _detail_of(outcome))
         else:
             self._emit("lost", ctx, {})
 
