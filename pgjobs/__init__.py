@@ -23,6 +23,7 @@ from pgjobs.errors import (
 )
 from pgjobs.events import EventStream
 from pgjobs.flows import EdgePolicy, Flow, SubmittedFlow
+from pgjobs.imports import ImportedEdge, ImportedJob
 from pgjobs.kinds import Kind, Registry
 from pgjobs.models import (
     EnqueueResult,
@@ -66,6 +67,8 @@ __all__ = [
     "FlowRunning",
     "FlowSummary",
     "FlowView",
+    "ImportedEdge",
+    "ImportedJob",
     "InvalidFlow",
     "InvalidJobInput",
     "InvalidOption",

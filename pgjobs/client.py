@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -16,6 +17,7 @@ from pgjobs.errors import SchemaMissing
 from pgjobs.events import EventStream
 from pgjobs.executor import Connection, Database
 from pgjobs.flows import EdgePolicy, Flow, Flows, SubmittedFlow
+from pgjobs.imports import ImportedEdge, ImportedJob, import_jobs
 from pgjobs.kinds import Kind, Registry
 from pgjobs.maintenance import register_maintenance
 from pgjobs.models import (
@@ -369,6 +371,43 @@ class JobQueue:
 
     async def queue_settings(self, queue: str) -> QueueSettings:
         return await self._queues.settings(queue)
+
+    # -- imports ---------------------------------------------------------------------------
+
+    async def import_jobs(
+        self,
+        jobs: Sequence[ImportedJob],
+        edges: Sequence[ImportedEdge] = (),
+        *,
+        flow_id: int | None = None,
+        connection: Connection | None = None,
+    ) -> list[EnqueueResult]:
+        """Write jobs with their history (status, attempts, timestamps, output, error,
+        progress, logs) and the edges between them, in one transaction; see pgjobs.imports."""
+        return await import_jobs(
+            self.db, self.registry, jobs, edges, flow_id=flow_id, conn=connection
+        )
+
+    async def reserve_ids(self, above: int) -> None:
+        """Every job id handed out from now on is greater than ``above`` (so imported numeric
+        ids used as job keys never meet a new automatic id)."""
+        await self.db.fetchval("reserve_ids", int(above))
+
+    async def hold_dedup_key(
+        self,
+        queue: str,
+        dedup_key: str,
+        until: datetime,
+        *,
+        job_id: int | None = None,
+        tenant: str | None = None,
+        connection: Connection | None = None,
+    ) -> None:
+        """Hold ``dedup_key`` until an absolute time, as a ``dedup_ttl`` enqueue would (an
+        import of a live throttle key); an existing later hold is kept."""
+        await self.db.fetch(
+            "hold_dedup_key", queue, tenant, dedup_key, job_id, until, conn=connection
+        )
 
     # -- event log -------------------------------------------------------------------------
 

@@ -133,6 +133,8 @@ class Schedules:
         immediately: bool = False,
         job_name: str | None = None,
         job_key_prefix: str | None = None,
+        first_run_at: datetime | None = None,
+        emitted: int = 0,
         **job_options: Any,
     ) -> datetime | None:
         """Create or replace schedule ``name``; returns its next run (None if it has none left).
@@ -141,7 +143,9 @@ class Schedules:
         ``every`` (seconds). ``job_name`` labels each emitted job (default: the kind's
         ``name(input)``). Each emitted job's key is ``schedule:<name>:<tick ISO time>``, or
         ``<job_key_prefix><tick epoch ms>`` when a prefix is given. The kind and input are
-        validated now, as are the job options.
+        validated now, as are the job options. ``first_run_at`` sets the next run instead of
+        computing it, and ``emitted`` the count of runs already made (a new schedule only): an
+        import of a schedule from another system keeps its place and its ``limit``.
         """
         options.text("name", name, optional=False)
         if (cron is None) == (every is None):
@@ -185,6 +189,9 @@ class Schedules:
             first = next_tick(
                 cron=cron, every=every_seconds, timezone=timezone, after=now, start_at=start_at
             )
+        if first_run_at is not None:
+            first = options.timestamp("first_run_at", first_run_at) or first
+        options.integer("emitted", emitted, 0, 2**31 - 1)
         if end_at is not None and first > end_at:
             first = None  # type: ignore[assignment]
         row = await self._db.fetchrow(
@@ -201,6 +208,7 @@ class Schedules:
             limit,
             first,
             self._channel,
+            emitted,
         )
         assert row is not None
         return row["next_run_at"]  # type: ignore[no-any-return]

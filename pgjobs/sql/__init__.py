@@ -30,6 +30,7 @@ _FILES = (
     "tracking.sql",
     "events.sql",
     "dedup.sql",
+    "imports.sql",
 )
 
 

@@ -5,8 +5,8 @@
 
 -- name: upsert_schedule
 INSERT INTO {schema}.schedules AS s (name, kind, payload, options, cron, every_seconds, timezone,
-                                     start_at, end_at, emission_limit, next_run_at)
-VALUES ($1, $2, $3::text::jsonb, $4::text::jsonb, $5, $6, $7, $8, $9, $10, $11)
+                                     start_at, end_at, emission_limit, next_run_at, emitted)
+VALUES ($1, $2, $3::text::jsonb, $4::text::jsonb, $5, $6, $7, $8, $9, $10, $11, $13)
 ON CONFLICT (name) DO UPDATE SET
     kind = excluded.kind, payload = excluded.payload, options = excluded.options,
     cron = excluded.cron, every_seconds = excluded.every_seconds, timezone = excluded.timezone,

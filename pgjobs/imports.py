@@ -1,0 +1,186 @@
+"""Importing jobs with their history from another queue system (the BullMQ migration uses it).
+
+A batch is validated whole before anything is written, then written in the caller's transaction
+(or one of its own): jobs in any resting state (pending, completed, dead) with their attempts,
+timestamps, output, last error, progress and logs, and the prerequisite edges between them with
+their recorded state. A job key already present keeps its job and is reported as a duplicate,
+so importing the same batch twice writes nothing the second time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any, Literal
+
+from pgjobs import jsonvalue
+from pgjobs.config import notify_channel
+from pgjobs.enqueue import JobSpec, PreparedJob, prepare
+from pgjobs.errors import InvalidFlow, InvalidOption
+from pgjobs.executor import Connection, Database
+from pgjobs.flows import EdgePolicy
+from pgjobs.kinds import Registry
+from pgjobs.models import EnqueueResult
+
+ImportedStatus = Literal["pending", "completed", "dead"]
+EdgeState = Literal["open", "satisfied", "blocked", "ignored", "released", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedJob:
+    """One job and its history. ``attempts``: attempts already made. ``run_at``: when a pending
+    job is due (None: now). ``handle`` names it for ``ImportedEdge``s of the same batch."""
+
+    spec: JobSpec
+    status: ImportedStatus = "pending"
+    run_at: datetime | None = None
+    attempts: int = 0
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    output: Any = None
+    error: dict[str, Any] | None = None
+    progress: Any = None
+    logs: Sequence[str] = ()
+    handle: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedEdge:
+    """``dependent`` waits for ``prerequisite`` (handles of the batch, or existing job ids).
+    ``state``: open (still waiting), satisfied (completed), and the failure states of
+    EdgePolicy (blocked, ignored, released, failed) with the recorded ``failure``."""
+
+    prerequisite: str | int
+    dependent: str | int
+    policy: EdgePolicy = EdgePolicy.BLOCK
+    state: EdgeState = "open"
+    failure: dict[str, Any] | None = None
+
+
+def _json(option: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    try:
+        return jsonvalue.dumps(value)
+    except jsonvalue.NotJson as exc:
+        raise InvalidOption(option, str(exc)) from None
+
+
+async def import_jobs(
+    db: Database,
+    registry: Registry,
+    jobs: Sequence[ImportedJob],
+    edges: Sequence[ImportedEdge] = (),
+    *,
+    flow_id: int | None = None,
+    conn: Connection | None = None,
+) -> list[EnqueueResult]:
+    """Write ``jobs`` and ``edges``; results in input order. Jobs joined by edges share a flow
+    (``flow_id``, else a new one per batch)."""
+    prepared: list[tuple[PreparedJob, ImportedJob]] = []
+    handles: dict[str, int] = {}
+    for index, job in enumerate(jobs):
+        if job.status not in ("pending", "completed", "dead"):
+            raise InvalidOption("status", f"must be pending, completed or dead, got {job.status!r}")
+        if isinstance(job.attempts, bool) or not isinstance(job.attempts, int) or job.attempts < 0:
+            raise InvalidOption("attempts", f"must be an integer >= 0, got {job.attempts!r}")
+        spec = replace(job.spec, delay=None, run_at=None, lifo=False, dedup_ttl=None)
+        prepared.append((prepare(spec, registry), job))
+        if job.handle is not None:
+            if job.handle in handles:
+                raise InvalidFlow(f"handle {job.handle!r} is used twice in one import")
+            handles[job.handle] = index
+    for edge in edges:
+        for end in (edge.prerequisite, edge.dependent):
+            if isinstance(end, str) and end not in handles:
+                raise InvalidFlow(f"edge names handle {end!r}, which no job of the batch has")
+    in_flow = {
+        handles[end] for e in edges for end in (e.prerequisite, e.dependent) if isinstance(end, str)
+    }
+
+    async def write(conn: Connection) -> list[EnqueueResult]:
+        nonlocal flow_id
+        if in_flow and flow_id is None:
+            flow_id = await db.fetchval("insert_flow", None, None, None, conn=conn)
+        rows = [
+            _row(p, job, flow_id if index in in_flow else None)
+            for index, (p, job) in enumerate(prepared)
+        ]
+        records = await db.fetch("import_jobs", *zip(*rows, strict=True), conn=conn)
+        results = [EnqueueResult(r["id"], duplicate=not r["inserted"]) for r in records]
+        ids = {handle: results[index].id for handle, index in handles.items()}
+
+        def resolve(end: str | int) -> int:
+            return ids[end] if isinstance(end, str) else end
+
+        new_edges = [
+            e
+            for e in edges
+            if not all(isinstance(end, str) and results[handles[end]].duplicate
+                       for end in (e.prerequisite, e.dependent))
+        ]  # fmt: skip
+        if new_edges:
+            await db.fetch(
+                "import_edges",
+                [resolve(e.prerequisite) for e in new_edges],
+                [resolve(e.dependent) for e in new_edges],
+                [EdgePolicy(e.policy).value for e in new_edges],
+                [e.state for e in new_edges],
+                [_json("failure", e.failure) for e in new_edges],
+                conn=conn,
+            )
+            await db.fetch(
+                "recount_deps", sorted({resolve(e.dependent) for e in new_edges}), conn=conn
+            )
+        log_ids: list[int] = []
+        log_lines: list[str] = []
+        for (_, job), result in zip(prepared, results, strict=True):
+            if not result.duplicate:
+                for line in job.logs:
+                    log_ids.append(result.id)
+                    log_lines.append(jsonvalue.strip_nul(str(line)))
+        if log_ids:
+            await db.fetch("import_logs", log_ids, log_lines, conn=conn)
+        queues = sorted({p.queue for p, job in prepared if job.status == "pending"})
+        if queues:
+            await db.fetch("wake_queues", queues, notify_channel(db.schema), conn=conn)
+        return results
+
+    if conn is not None:
+        async with conn.transaction():
+            return await write(conn)
+    async with db.transaction() as own:
+        return await write(own)
+
+
+def _row(p: PreparedJob, job: ImportedJob, flow_id: int | None) -> tuple[Any, ...]:
+    return (
+        p.queue,
+        p.kind,
+        p.name,
+        p.payload,
+        p.priority,
+        job.run_at,
+        p.max_attempts,
+        p.max_deferrals,
+        p.backoff,
+        p.dedup_key,
+        p.group_key,
+        p.tenant,
+        p.metadata,
+        p.job_key,
+        flow_id,
+        0,
+        p.record_events,
+        job.status,
+        job.attempts,
+        job.created_at,
+        job.started_at,
+        job.finished_at,
+        _json("output", job.output),
+        _json("error", job.error),
+        _json("progress", job.progress),
+        p.retention,
+    )

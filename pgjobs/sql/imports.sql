@@ -1,0 +1,79 @@
+-- Importing jobs with their history from another system (pgjobs.imports): one statement per
+-- batch, in the caller's transaction. A job key already present keeps its job (the import is
+-- idempotent per key); its id is reported back as a duplicate.
+
+-- name: import_jobs
+WITH src AS MATERIALIZED (
+    SELECT nextval('{schema}.jobs_id_seq') AS id, u.*
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::timestamptz[],
+                $7::int[], $8::int[], $9::text[], $10::text[], $11::text[], $12::text[],
+                $13::text[], $14::text[], $15::bigint[], $16::int[], $17::bool[], $18::text[],
+                $19::int[], $20::timestamptz[], $21::timestamptz[], $22::timestamptz[],
+                $23::text[], $24::text[], $25::text[], $26::text[])
+         WITH ORDINALITY AS u(queue, kind, name, payload, priority, run_at, max_attempts,
+                              max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
+                              job_key, flow_id, pending_deps, record_events, status, attempts,
+                              created_at, started_at, finished_at, output, last_error, progress,
+                              retention, ord)
+),
+ins AS (
+    INSERT INTO {schema}.jobs (id, queue, kind, name, payload, priority, run_at, max_attempts,
+                               max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
+                               job_key, flow_id, pending_deps, record_events, status, attempts,
+                               created_at, started_at, finished_at, output, last_error, progress,
+                               retention)
+    SELECT id, queue, kind, name, payload::jsonb, priority, coalesce(run_at, now()),
+           max_attempts, max_deferrals, backoff::jsonb,
+           CASE WHEN status = 'pending' THEN dedup_key END, group_key, tenant, metadata::jsonb,
+           job_key, flow_id, pending_deps, record_events, status, attempts,
+           coalesce(created_at, now()), started_at,
+           CASE WHEN status = 'pending' THEN NULL ELSE coalesce(finished_at, now()) END,
+           output::jsonb, last_error::jsonb, progress::jsonb, retention::jsonb
+    FROM src ORDER BY ord
+    ON CONFLICT DO NOTHING
+    RETURNING id
+)
+SELECT src.ord, coalesce(ins.id, existing.id) AS id, ins.id IS NOT NULL AS inserted
+FROM src
+LEFT JOIN ins ON ins.id = src.id
+LEFT JOIN LATERAL (
+    SELECT j.id FROM {schema}.jobs j
+    WHERE ins.id IS NULL AND j.queue = src.queue
+      AND coalesce(j.tenant, '') = coalesce(src.tenant, '')
+      AND (j.job_key = src.job_key
+           OR (src.status = 'pending' AND j.dedup_key = src.dedup_key
+               AND j.status IN ('pending', 'running')))
+    ORDER BY j.job_key = src.job_key DESC NULLS LAST
+    LIMIT 1
+) existing ON true
+ORDER BY src.ord;
+
+-- name: import_edges
+INSERT INTO {schema}.job_edges (prerequisite_id, dependent_id, policy, state, failure)
+SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[]::jsonb[])
+ON CONFLICT DO NOTHING;
+
+-- name: import_logs
+INSERT INTO {schema}.job_logs (job_id, line)
+SELECT job_id, line FROM unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS u(job_id, line, n)
+ORDER BY n;
+
+-- name: recount_deps
+UPDATE {schema}.jobs d
+SET pending_deps = (SELECT count(*) FROM {schema}.job_edges e
+                    WHERE e.dependent_id = d.id AND e.state IN ('open', 'blocked'))
+WHERE d.id = ANY($1::bigint[]) AND d.status = 'pending';
+
+-- name: reserve_ids
+-- Make every id the engine hands out from now on greater than $1.
+SELECT setval('{schema}.jobs_id_seq', greatest($1::bigint, (SELECT last_value FROM {schema}.jobs_id_seq)));
+
+-- name: hold_dedup_key
+-- A time-bound dedup hold with an absolute expiry (an import of a live throttle key).
+INSERT INTO {schema}.dedup_holds AS h (queue, tenant, key, job_id, expires_at)
+VALUES ($1, coalesce($2::text, ''), $3, $4, $5)
+ON CONFLICT (queue, tenant, key) DO UPDATE SET job_id = excluded.job_id, expires_at = excluded.expires_at
+WHERE h.expires_at < excluded.expires_at;
+
+-- name: wake_queues
+SELECT pg_notify($2, q) FROM unnest($1::text[]) AS q;

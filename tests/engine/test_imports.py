@@ -1,0 +1,112 @@
+"""Importing jobs with their history: states, fields, edges, logs, idempotence, id reservation."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from pgjobs import (
+    EdgePolicy,
+    ImportedEdge,
+    ImportedJob,
+    InvalidFlow,
+    InvalidOption,
+    JobContext,
+    JobQueue,
+    JobSpec,
+    Registry,
+    Status,
+)
+
+
+@pytest.fixture
+def ran(registry: Registry) -> list[Any]:
+    seen: list[Any] = []
+
+    @registry.kind("any", input=Any, queue="imp")
+    async def handler(ctx: JobContext, data: Any) -> Any:
+        seen.append((data, await ctx.prerequisites()))
+        return "ok"
+
+    return seen
+
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def batch() -> tuple[list[ImportedJob], list[ImportedEdge]]:
+    jobs = [
+        ImportedJob(JobSpec("any", {"n": 1}, job_key="1", name="done"), status="completed",
+                    attempts=1, created_at=T0, started_at=T0, finished_at=T0,
+                    output={"r": 1}, logs=["a", "b"], handle="child-done"),
+        ImportedJob(JobSpec("any", {"n": 2}, job_key="2", max_attempts=3), status="dead",
+                    attempts=3, error={"type": "Error", "message": "boom"}, handle="child-dead"),
+        ImportedJob(JobSpec("any", {"n": 3}, job_key="3"), handle="parent"),
+        ImportedJob(JobSpec("any", {"n": 4}, job_key="4", queue="later"),
+                    run_at=T0 + timedelta(days=3650),
+                    attempts=1, progress=40),
+    ]  # fmt: skip
+    edges = [
+        ImportedEdge("child-done", "parent", EdgePolicy.BLOCK, "satisfied"),
+        ImportedEdge("child-dead", "parent", EdgePolicy.IGNORE, "ignored", {"message": "boom"}),
+    ]
+    return jobs, edges
+
+
+async def test_import_keeps_state_history_and_edges(jobs: JobQueue, ran: list[Any]) -> None:
+    imported, edges = batch()
+    results = await jobs.import_jobs(imported, edges)
+    assert not any(r.duplicate for r in results)
+    done, dead, parent, delayed = [await jobs.get(r.id) for r in results]
+    assert done is not None and done.status == Status.COMPLETED and done.output == {"r": 1}
+    assert done.finished_at == T0 and done.created_at == T0 and done.attempts == 1
+    assert [line.line for line in (await jobs.read_logs(done.id)).lines] == ["a", "b"]
+    assert dead is not None and dead.status == Status.DEAD and dead.last_error["message"] == "boom"  # type: ignore[index]
+    assert delayed is not None and delayed.sub_state == "retry" and delayed.progress == 40
+    assert parent is not None and parent.pending_deps == 0 and parent.flow_id == done.flow_id
+    # the parent runs, reading its imported children
+    await jobs.worker(queues=["imp"]).run(until_drained=True)
+    data, prerequisites = ran[0]
+    assert data == {"n": 3}
+    assert {p["state"] for p in prerequisites} == {"satisfied", "ignored"}
+    # a second import of the same batch writes nothing new
+    again = await jobs.import_jobs(*batch())
+    assert [r.id for r in again] == [r.id for r in results] and all(r.duplicate for r in again)
+    assert len(await jobs.list_jobs(limit=100)) == 4
+
+
+async def test_open_edges_hold_the_dependent(jobs: JobQueue, ran: list[Any]) -> None:
+    results = await jobs.import_jobs(
+        [ImportedJob(JobSpec("any", {"n": 1}), handle="c"),
+         ImportedJob(JobSpec("any", {"n": 2}), handle="p")],
+        [ImportedEdge("c", "p")],
+    )  # fmt: skip
+    parent = await jobs.get(results[1].id)
+    assert (
+        parent is not None and parent.pending_deps == 1 and parent.sub_state == "waiting_children"
+    )
+    await jobs.worker(queues=["imp"]).run(until_drained=True)
+    assert [d for d, _ in ran] == [{"n": 1}, {"n": 2}]
+
+
+async def test_bad_imports_write_nothing(jobs: JobQueue, ran: list[Any]) -> None:
+    with pytest.raises(InvalidOption, match="status"):
+        await jobs.import_jobs([ImportedJob(JobSpec("any", {}), status="running")])  # type: ignore[arg-type]
+    with pytest.raises(InvalidFlow, match="handle"):
+        await jobs.import_jobs([ImportedJob(JobSpec("any", {}))], [ImportedEdge("x", "y")])
+    with pytest.raises(InvalidOption, match="output"):
+        await jobs.import_jobs(
+            [ImportedJob(JobSpec("any", {}), status="completed", output=float("nan"))]
+        )
+    assert await jobs.list_jobs() == []
+
+
+async def test_reserve_ids_moves_new_ids_past_imported_numbers(
+    jobs: JobQueue, ran: list[Any]
+) -> None:
+    await jobs.reserve_ids(5000)
+    assert (await jobs.enqueue("any", {})).id > 5000
+    await jobs.reserve_ids(10)  # never goes back
+    assert (await jobs.enqueue("any", {})).id > 5000
