@@ -283,7 +283,7 @@ class Job:
     async def getChildrenValues(self) -> dict[str, Any]:
         """Return values of the completed children, keyed ``<prefix>:<queue>:<id>``."""
         return {
-            f"{child['queue']}:{child['id']}": child["output"]
+            f"{child['queue']}:{job_id_of(child['id'], child['job_key'])}": child["output"]
             for child in await self._prerequisites()
             if child["status"] == "completed"
         }
@@ -291,7 +291,9 @@ class Job:
     async def getIgnoredChildrenFailures(self) -> dict[str, str]:
         """Failed reasons of the children whose failure this job was told to ignore."""
         return {
-            f"{child['queue']}:{child['id']}": (child["failure"] or {}).get("message", "")
+            f"{child['queue']}:{job_id_of(child['id'], child['job_key'])}": (
+                child["failure"] or {}
+            ).get("message", "")
             for child in await self._prerequisites()
             if child["state"] == "ignored"
         }

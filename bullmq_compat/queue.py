@@ -127,21 +127,21 @@ class Queue:
             result = await self._add_child(jobs, spec, merged, connection)
         else:
             result = (await jobs.enqueue_many([spec], connection=connection))[0]
-        if result.duplicate:
-            await self._report_duplicate(jobs, merged, result.id)
-        return self._added(name, data, merged, result.id)
+        holder = await self._duplicate(jobs, merged, result)
+        return self._added(name, data, merged, result.id, holder)
 
     async def addBulk(self, jobs: list[dict[str, Any]], *, connection: Any = None) -> list[Job]:
         """Add many jobs in one statement (all or nothing); ``connection`` as for ``add``."""
         engine = await self._engine()
         specs = [self._spec(j["name"], j.get("data"), j.get("opts")) for j in jobs]
         results = await engine.enqueue_many([spec for spec, _ in specs], connection=connection)
-        for (_, merged), result in zip(specs, results, strict=True):
-            if result.duplicate:
-                await self._report_duplicate(engine, merged, result.id)
+        holders = [
+            await self._duplicate(engine, merged, result)
+            for (_, merged), result in zip(specs, results, strict=True)
+        ]
         return [
-            self._added(j["name"], j.get("data"), merged, result.id)
-            for j, (_, merged), result in zip(jobs, specs, results, strict=True)
+            self._added(j["name"], j.get("data"), merged, result.id, holder)
+            for j, (_, merged), result, holder in zip(jobs, specs, results, holders, strict=True)
         ]
 
     async def _add_child(
@@ -180,30 +180,42 @@ class Queue:
                 return row.id
         return None
 
-    async def _report_duplicate(
-        self, jobs: pgjobs.JobQueue, opts: dict[str, Any], holder_id: int
-    ) -> None:
-        """The ``duplicated`` / ``deduplicated`` events BullMQ writes for a dropped add."""
-        if not self._record_events:
-            return
+    async def _duplicate(
+        self, jobs: pgjobs.JobQueue, opts: dict[str, Any], result: pgjobs.EnqueueResult
+    ) -> str | None:
+        """For a dropped add: the holder's BullMQ id, after writing the ``duplicated`` /
+        ``deduplicated`` event BullMQ writes. None when the add was not dropped."""
+        if not result.duplicate:
+            return None
         job_id = opts.get("jobId")
         if job_id is not None:
-            await jobs.publish_event(self.qualifiedName, "duplicated", {"jobId": str(job_id)})
-            return
-        holder = await jobs.get(holder_id, any_tenant=True)
-        dedup = opts.get("deduplication") or {}
-        await jobs.publish_event(
-            self.qualifiedName,
-            "deduplicated",
-            {
-                "jobId": job_id_of(holder_id, holder.job_key if holder else None),
-                "deduplicationId": str(dedup.get("id")),
-                "deduplicatedJobId": None,
-            },
-        )
+            if self._record_events:
+                await jobs.publish_event(self.qualifiedName, "duplicated", {"jobId": str(job_id)})
+            return str(job_id)
+        row = await jobs.get(result.id, any_tenant=True)
+        holder = job_id_of(result.id, row.job_key if row else None)
+        if self._record_events:
+            dedup = opts.get("deduplication") or {}
+            await jobs.publish_event(
+                self.qualifiedName,
+                "deduplicated",
+                {
+                    "jobId": holder,
+                    "deduplicationId": str(dedup.get("id")),
+                    "deduplicatedJobId": None,
+                },
+            )
+        return holder
 
-    def _added(self, name: str, data: Any, opts: dict[str, Any], engine_id: int) -> Job:
-        job_id = opts.get("jobId")
+    def _added(
+        self,
+        name: str,
+        data: Any,
+        opts: dict[str, Any],
+        engine_id: int,
+        holder: str | None = None,
+    ) -> Job:
+        job_id = holder if holder is not None else opts.get("jobId")
         job = Job(self, name, data, opts, str(job_id) if job_id is not None else str(engine_id))
         job._engine_id = engine_id
         return job

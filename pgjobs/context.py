@@ -16,8 +16,8 @@ _UNSET: Any = object()
 
 
 async def read_prerequisites(db: Database, job_id: int) -> list[dict[str, Any]]:
-    """Each prerequisite of ``job_id``: id, kind, name, queue, status, output (decoded), and
-    the policy, state and recorded failure (decoded) of its edge."""
+    """Each prerequisite of ``job_id``: id, kind, name, queue, job_key, status, output
+    (decoded), and the policy, state and recorded failure (decoded) of its edge."""
     rows = await db.fetch("prerequisite_results", job_id)
     return [
         {

@@ -137,8 +137,8 @@ SELECT count(*) FROM {schema}.jobs j WHERE {where} AND j.status = 'running';
 -- name: prerequisite_results
 -- What a dependent can read of its prerequisites: status, output, and the failure an
 -- ignore/continue/cascade edge recorded.
-SELECT e.prerequisite_id AS id, j.kind, j.name, j.queue, j.status, j.output, e.policy, e.state,
-       e.failure
+SELECT e.prerequisite_id AS id, j.kind, j.name, j.queue, j.job_key, j.status, j.output, e.policy,
+       e.state, e.failure
 FROM {schema}.job_edges e JOIN {schema}.jobs j ON j.id = e.prerequisite_id
 WHERE e.dependent_id = $1
 ORDER BY e.prerequisite_id;

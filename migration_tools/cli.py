@@ -1,0 +1,89 @@
+"""``bullmq-to-pgjobs`` / ``python -m migration_tools``: a thin layer over migration_tools.migrate.
+
+Exit status: 0 everything migrated and verified; 1 something was not migrated or did not verify;
+2 refused, nothing written (bad arguments, clients connected, legacy layout, missing schema);
+3 Redis changed during the run (rerun to pick up the rest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from migration_tools.runner import ExitCode, MigrationOptions, migrate
+from pgjobs import dsn_from_env
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="bullmq-to-pgjobs",
+        description="Drain BullMQ queues from Redis into pgjobs, once, losing nothing.",
+    )
+    p.add_argument("--redis", required=True, help="redis://host:6379/0")
+    p.add_argument(
+        "--postgres", default=None, help="PostgreSQL DSN (default: PGJOBS_DSN, then DATABASE_URL)"
+    )
+    p.add_argument("--schema", default="pgjobs", help="the pgjobs schema (migrated beforehand)")
+    p.add_argument("--prefix", action="append", dest="prefixes", help="BullMQ prefix (repeatable)")
+    p.add_argument("--queue", action="append", dest="queues", help="queue name (repeatable)")
+    p.add_argument("--dry-run", action="store_true", help="read and plan; write nothing")
+    p.add_argument("--verify-only", action="store_true", help="compare Redis with the engine")
+    p.add_argument(
+        "--include-history", action="store_true", help="also migrate completed and failed jobs"
+    )
+    p.add_argument(
+        "--wait-active",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long for active jobs to finish first",
+    )
+    p.add_argument(
+        "--allow-connected",
+        action="store_true",
+        help="run although BullMQ clients are still connected",
+    )
+    p.add_argument(
+        "--delete-from-redis",
+        action="store_true",
+        help="after a verified run, remove the queues from Redis with BullMQ's client",
+    )
+    p.add_argument("--batch-size", type=int, default=500)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.dry_run and (args.verify_only or args.delete_from_redis):
+        print(
+            "--dry-run writes nothing: it cannot be combined with --verify-only or "
+            "--delete-from-redis",
+            file=sys.stderr,
+        )
+        return int(ExitCode.REFUSED)
+    if args.batch_size < 1:
+        print("--batch-size must be at least 1", file=sys.stderr)
+        return int(ExitCode.REFUSED)
+    options = MigrationOptions(
+        redis_url=args.redis,
+        postgres_dsn=args.postgres or dsn_from_env(),
+        schema=args.schema,
+        prefixes=args.prefixes,
+        queues=args.queues,
+        dry_run=args.dry_run,
+        verify_only=args.verify_only,
+        include_history=args.include_history,
+        wait_active=args.wait_active,
+        allow_connected=args.allow_connected,
+        delete_from_redis=args.delete_from_redis,
+        batch_size=args.batch_size,
+        progress=sys.stderr,
+    )
+    report = asyncio.run(migrate(options))
+    print(report.render())
+    return int(report.exit_code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,385 @@
+"""The migration as a library: ``await migrate(MigrationOptions(...))`` returns a Report whose
+``exit_code`` the CLI passes on. Steps (bullmq_redis_layout.md §12): discover, refuse while
+clients are connected, wait for active jobs, fingerprint, snapshot (whole flow trees, across
+queues), transform, write in batches (each one transaction with its ledger rows), schedules,
+dedup holds and queue settings, fingerprint again, verify through the facade, and only then,
+if asked, delete from Redis."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, TextIO
+
+from bullmq_compat import Queue
+from bullmq_compat.queue import facade_registry
+from migration_tools import snapshot as snap
+from migration_tools.layout import LegacyLayout, split_job_key
+from migration_tools.ledger import Ledger
+from migration_tools.progress import Progress
+from migration_tools.transform import Plan, Skip, Transformer, Unit, checksum
+from pgjobs import JobQueue
+from pgjobs.errors import SchemaMissing
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    INCOMPLETE = 1  # something was not migrated, or verification found a difference
+    REFUSED = 2  # nothing written: bad arguments, live clients, a legacy layout, no schema
+    CHANGED = 3  # Redis changed while the migration ran: rerun to pick the rest up
+
+
+@dataclass
+class MigrationOptions:
+    redis_url: str
+    postgres_dsn: str | None = None
+    schema: str = "pgjobs"
+    prefixes: list[str] | None = None
+    queues: list[str] | None = None
+    dry_run: bool = False
+    verify_only: bool = False
+    include_history: bool = False
+    wait_active: float = 0.0
+    allow_connected: bool = False
+    delete_from_redis: bool = False
+    batch_size: int = 500
+    progress: TextIO | None = None
+    after_batch: Callable[[int], Awaitable[None] | None] | None = None
+    """Called after each committed batch with the number written so far (tests, monitoring)."""
+
+
+@dataclass
+class Report:
+    queues: list[str] = field(default_factory=list)
+    plan: Plan | None = None
+    written: int = 0
+    already_done: int = 0
+    verified: bool | None = None
+    problems: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    refused: str | None = None
+    deleted: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if self.refused:
+            return ExitCode.REFUSED
+        if self.changed:
+            return ExitCode.CHANGED
+        live = [s for s in (self.plan.skipped if self.plan else []) if "live lock" in s.reason]
+        if self.problems or self.verified is False or live:
+            return ExitCode.INCOMPLETE
+        return ExitCode.OK
+
+    def render(self) -> str:
+        lines: list[str] = []
+        if self.refused:
+            return f"REFUSED: {self.refused}"
+        lines.append(f"queues: {', '.join(self.queues) or '(none)'}")
+        lines.extend(f"  note: {n}" for n in self.notes)
+        plan = self.plan
+        if plan is not None:
+            for queue, counts in sorted(plan.counts.items()):
+                parts = ", ".join(f"{state} {n}" for state, n in sorted(counts.items()))
+                lines.append(f"  {queue}: {parts}")
+            flows = sum(1 for u in plan.units if u.edges)
+            lines.append(
+                f"jobs: {plan.job_count} in {len(plan.units)} units ({flows} flows); "
+                f"schedules: {len(plan.schedules)}; dedup holds: {len(plan.holds)}; "
+                f"queue settings: {len(plan.settings)}"
+            )
+            for skip in plan.skipped:
+                lines.append(f"  skipped {skip.queue} {skip.job_id}: {skip.reason}")
+            for warning in plan.warnings:
+                lines.append(f"  warning: {warning}")
+        lines.append(f"written: {self.written}; already migrated: {self.already_done}")
+        if self.verified is not None:
+            lines.append("verification: " + ("passed" if self.verified else "FAILED"))
+        lines.extend(f"  problem: {p}" for p in self.problems)
+        lines.extend(f"  changed during the run: {c}" for c in self.changed)
+        lines.extend(f"  deleted from Redis: {d}" for d in self.deleted)
+        lines.append(f"exit status: {int(self.exit_code)} ({self.exit_code.name})")
+        return "\n".join(lines)
+
+
+async def migrate(options: MigrationOptions) -> Report:
+    import redis.asyncio as aioredis
+
+    report = Report()
+    redis = aioredis.from_url(options.redis_url, decode_responses=False)
+    jobs: JobQueue | None = None
+    try:
+        jobs = await JobQueue.connect(
+            options.postgres_dsn, schema=options.schema, registry=facade_registry()
+        )
+        try:
+            await jobs.check_schema()
+        except SchemaMissing as exc:
+            report.refused = str(exc)
+            return report
+        await _run(redis, jobs, options, report)
+        return report
+    except LegacyLayout as exc:
+        report.refused = str(exc)
+        return report
+    finally:
+        await redis.aclose()
+        if jobs is not None:
+            await jobs.close()
+
+
+async def _run(redis: Any, jobs: JobQueue, options: MigrationOptions, report: Report) -> None:
+    known = await snap.discover(redis, options.prefixes)
+    refs = [r for r in known if not options.queues or r.name in options.queues]
+    if not refs:
+        report.refused = "no BullMQ queue found (looked for <prefix>:<queue>:meta keys)"
+        return
+    writing = not (options.dry_run or options.verify_only)
+    if writing and options.wait_active > 0:
+        await snap.wait_for_active(redis, refs, options.wait_active)
+    clients = await snap.connected_clients(redis, known)
+    if clients and writing and not options.allow_connected:
+        report.refused = (
+            f"{len(clients)} BullMQ client(s) still connected ({', '.join(clients[:5])}); stop "
+            "producers and workers first, or pass --allow-connected"
+        )
+        return
+    before = {ref: await snap.fingerprint(redis, ref) for ref in refs}
+    snapshots = await _snapshots_with_flows(redis, refs, known, report)
+    report.queues = [str(r) for r in snapshots]
+    plan = Transformer(snapshots, options.include_history).build()
+    report.plan = plan
+    if options.dry_run:
+        return
+    ledger = Ledger(jobs.schema)
+    async with jobs.pool.acquire() as conn:
+        await ledger.create(conn)
+    if writing:
+        await _write(jobs, ledger, plan, options, report)
+    after = {ref: await snap.fingerprint(redis, ref) for ref in before}
+    report.changed = [
+        f"{ref} (sizes, id counter or last event moved; rerun to migrate the rest)"
+        for ref in before
+        if before[ref] != after[ref]
+    ]
+    await _verify(jobs, ledger, plan, snapshots, report)
+    if writing and options.delete_from_redis:
+        if report.exit_code is ExitCode.OK:
+            await _delete(options, list(snapshots), report)
+        else:
+            report.problems.append("not deleting from Redis: the migration did not verify")
+
+
+async def _snapshots_with_flows(
+    redis: Any, refs: list[snap.QueueRef], known: list[snap.QueueRef], report: Report
+) -> dict[snap.QueueRef, snap.QueueSnapshot]:
+    """Read the chosen queues, then every other queue a flow of theirs reaches."""
+    bases = [(r.prefix, r.name) for r in known]
+    snapshots: dict[snap.QueueRef, snap.QueueSnapshot] = {}
+    todo = list(refs)
+    while todo:
+        ref = todo.pop(0)
+        if ref in snapshots:
+            continue
+        snapshots[ref] = await snap.read_queue(redis, ref)
+        for job in snapshots[ref].jobs.values():
+            links = [
+                job.fields.get("parentKey") or "",
+                *job.dependencies,
+                *job.processed,
+                *job.failed_children,
+                *job.unsuccessful,
+            ]
+            for key in links:
+                found = split_job_key(key, bases) if key else None
+                if found is None:
+                    continue
+                other = snap.QueueRef(found[0], found[1])
+                if other not in snapshots and other not in todo:
+                    todo.append(other)
+                    report.notes.append(f"queue {other} added: it holds part of a flow of {ref}")
+    return snapshots
+
+
+def _batches(units: list[Unit], size: int) -> list[list[Unit]]:
+    batches: list[list[Unit]] = []
+    current: list[Unit] = []
+    count = 0
+    for unit in units:
+        if current and count + len(unit.jobs) > size:
+            batches.append(current)
+            current, count = [], 0
+        current.append(unit)
+        count += len(unit.jobs)
+    if current:
+        batches.append(current)
+    return batches
+
+
+async def _write(
+    jobs: JobQueue, ledger: Ledger, plan: Plan, options: MigrationOptions, report: Report
+) -> None:
+    progress = Progress(plan.job_count, "migrating", options.progress)
+    for batch in _batches(plan.units, options.batch_size):
+        async with jobs.transaction() as conn:
+            keys = [(e.prefix, e.queue, e.job_id) for u in batch for e in u.ledger]
+            done = await ledger.done(conn, keys)
+            todo = [
+                u for u in batch if not all((e.prefix, e.queue, e.job_id) in done for e in u.ledger)
+            ]
+            report.already_done += len(batch) - len(todo)
+            rows: list[tuple[str, str, str, int, str, str]] = []
+            # In plan order (it is BullMQ's processing order): runs of single jobs in one
+            # statement, each flow tree in its own (it gets its own flow).
+            for group in _runs(todo):
+                edges = [e for u in group for e in u.edges]
+                results = await jobs.import_jobs(
+                    [j for u in group for j in u.jobs], edges, connection=conn
+                )
+                _ledger_rows(group, results, rows)
+            if rows:
+                await ledger.record(conn, rows)
+            report.written += sum(len(u.jobs) for u in todo)
+        progress.advance(sum(len(u.jobs) for u in batch))
+        if options.after_batch is not None:
+            result = options.after_batch(report.written)
+            if result is not None:
+                await result
+    progress.close()
+    for arguments in plan.schedules:
+        await jobs.upsert_schedule(**arguments)
+    async with jobs.pool.acquire() as conn:
+        for hold in plan.holds:
+            job_id = None if hold.job is None else await ledger.engine_id(conn, *hold.job)
+            await jobs.hold_dedup_key(hold.queue, hold.key, hold.until, job_id=job_id)
+    for setting in plan.settings:
+        if setting.paused:
+            await jobs.pause(setting.queue)
+        if setting.concurrency:
+            await jobs.set_concurrency(setting.queue, setting.concurrency)
+        if setting.rate:
+            await jobs.set_rate_limit(setting.queue, setting.rate[0], setting.rate[1])
+    await jobs.reserve_ids(plan.max_numeric_id)
+
+
+def _runs(units: list[Unit]) -> list[list[Unit]]:
+    """Consecutive single-job units together; every flow unit alone."""
+    groups: list[list[Unit]] = []
+    for unit in units:
+        if not unit.edges and groups and not groups[-1][0].edges:
+            groups[-1].append(unit)
+        else:
+            groups.append([unit])
+    return groups
+
+
+def _ledger_rows(
+    units: list[Unit], results: list[Any], rows: list[tuple[str, str, str, int, str, str]]
+) -> None:
+    """Ledger rows for the jobs of ``units`` (placeholders have no ledger entry)."""
+    by_handle: dict[str, int] = {}
+    flat = [j for u in units for j in u.jobs]
+    for job, result in zip(flat, results, strict=True):
+        if job.handle is not None:
+            by_handle[job.handle] = result.id
+    position = 0
+    for unit in units:
+        for entry in unit.ledger:
+            engine_id = by_handle.get(entry.handle)
+            if engine_id is None:  # a proto-job (no handle): the unit's only job
+                engine_id = results[position].id
+            rows.append(
+                (entry.prefix, entry.queue, entry.job_id, engine_id, entry.state, entry.checksum)
+            )
+        position += len(unit.jobs)
+
+
+async def _verify(
+    jobs: JobQueue,
+    ledger: Ledger,
+    plan: Plan,
+    snapshots: dict[snap.QueueRef, snap.QueueSnapshot],
+    report: Report,
+) -> None:
+    """Every job of the plan, read back through the facade: present, in the expected state,
+    with the same data (canonical checksum)."""
+    ok = True
+    for ref in snapshots:
+        queue = Queue(ref.name, {"connection": jobs, "prefix": ref.prefix, "schema": jobs.schema})
+        seen: dict[str, tuple[str, str]] = {}
+        for state in (
+            "waiting",
+            "prioritized",
+            "delayed",
+            "waiting-children",
+            "completed",
+            "failed",
+            "active",
+        ):
+            for job in await queue.getJobs([state], 0, -1, asc=True):
+                seen[str(job.id)] = (state, checksum(job.data))
+        async with jobs.pool.acquire() as conn:
+            entries = await ledger.entries(conn, ref.prefix, ref.name)
+        expected = [
+            e for u in plan.units for e in u.ledger if (e.prefix, e.queue) == (ref.prefix, ref.name)
+        ]
+        for entry in expected:
+            if entry.job_id not in entries:
+                ok = False
+                report.problems.append(f"{ref} {entry.job_id}: not in the ledger")
+                continue
+            key = entry.job_id if not entry.job_id.startswith("dn:") else None
+            if key is None:
+                continue
+            found = seen.get(key)
+            if found is None:
+                ok = False
+                report.problems.append(f"{ref} {key}: not found through the facade")
+                continue
+            state, data_sum = found
+            allowed = {entry.state}
+            if entry.state == "delayed":
+                allowed |= {"waiting", "prioritized"}  # it may have fallen due since
+            if state not in allowed:
+                ok = False
+                report.problems.append(f"{ref} {key}: state {state}, expected {entry.state}")
+            raw = (
+                any(
+                    j.handle == f"{ref.base}{key}"
+                    and isinstance(j.spec.metadata, dict)
+                    and "raw_data" in j.spec.metadata.get("bullmq", {})
+                    for u in plan.units
+                    for j in u.jobs
+                )
+                if data_sum != entry.checksum
+                else False
+            )
+            if data_sum != entry.checksum and not raw:
+                ok = False
+                report.problems.append(f"{ref} {key}: data differs from Redis")
+        await queue.close()
+    report.verified = ok
+
+
+async def _delete(options: MigrationOptions, refs: list[snap.QueueRef], report: Report) -> None:
+    """BullMQ-correct removal, with BullMQ's own client (never a raw DEL of a subset)."""
+    try:
+        import bullmq
+    except ImportError:
+        report.problems.append("--delete-from-redis needs the bullmq package: pip install bullmq")
+        return
+    for ref in refs:
+        queue = bullmq.Queue(ref.name, {"connection": options.redis_url, "prefix": ref.prefix})
+        try:
+            await queue.pause()
+            await queue.obliterate(force=True)
+            report.deleted.append(str(ref))
+        finally:
+            with contextlib.suppress(Exception):
+                await queue.close()
+
+
+__all__ = ["ExitCode", "MigrationOptions", "Report", "Skip", "migrate"]

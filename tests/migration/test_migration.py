@@ -1,0 +1,357 @@
+"""The migration, end to end: Redis data written by the real BullMQ client (PyPI bullmq 3.4.4)
+in every state, migrated, then checked job by job through the facade and the engine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import bullmq
+import pytest
+import redis.asyncio as aioredis
+
+import bullmq_compat
+from migration_tools import ExitCode, MigrationOptions, migrate
+from pgjobs import JobQueue
+from tests.redis_server import find_or_start_redis
+
+HOUR_MS = 3_600_000
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    return find_or_start_redis()
+
+
+@pytest.fixture
+async def prefix(redis_url: str) -> AsyncIterator[str]:
+    """A prefix of this test's own; its keys are deleted afterwards."""
+    name = f"mig{uuid.uuid4().hex[:8]}"
+    yield name
+    client = aioredis.from_url(redis_url)
+    async for key in client.scan_iter(match=f"{name}:*", count=1000):
+        await client.delete(key)
+    await client.aclose()
+
+
+@pytest.fixture
+async def target(jobs: JobQueue, pg_dsn: str, schema_name: str) -> AsyncIterator[JobQueue]:
+    yield jobs
+    await jobs.pool.execute(f"DROP SCHEMA IF EXISTS {schema_name}_migration CASCADE")
+
+
+def options(redis_url: str, pg_dsn: str, jobs: JobQueue, prefix: str, **extra: Any) -> Any:
+    return MigrationOptions(redis_url=redis_url, postgres_dsn=pg_dsn, schema=jobs.schema,
+                            prefixes=[prefix], **extra)  # fmt: skip
+
+
+async def run_bullmq_worker(
+    redis_url: str, prefix: str, queue: str, processor: Any, finished: int
+) -> None:
+    """Process with BullMQ's own worker until ``finished`` jobs completed or failed."""
+    done = asyncio.Event()
+    count = 0
+
+    def one(*_args: Any) -> None:
+        nonlocal count
+        count += 1
+        if count >= finished:
+            done.set()
+
+    worker = bullmq.Worker(queue, processor, {"connection": redis_url, "prefix": prefix})
+    worker.on("completed", one)
+    worker.on("failed", one)
+    await asyncio.wait_for(done.wait(), 30)
+    await worker.close()
+
+
+async def seed(redis_url: str, prefix: str) -> dict[str, str]:
+    """Jobs in every state, by BullMQ; returns name -> BullMQ id."""
+    conn = {"connection": redis_url, "prefix": prefix}
+    main = bullmq.Queue("main", conn)
+    ids: dict[str, str] = {}
+
+    async def add(name: str, data: Any, opts: dict[str, Any] | None = None) -> None:
+        ids[name] = (await main.add(name, data, opts or {})).id
+
+    await add("ok", {"n": 1})
+    await add("bad", {"n": 2}, {"attempts": 1})
+    await add("retry", {"n": 3}, {"attempts": 3, "backoff": {"type": "fixed", "delay": HOUR_MS}})
+
+    async def process(job: Any, token: Any) -> Any:
+        if job.name == "ok":
+            await job.log("hello from BullMQ")
+            await job.updateProgress(100)
+            return {"v": 1}
+        raise Exception(f"{job.name} failed")
+
+    await run_bullmq_worker(redis_url, prefix, "main", process, 3)
+
+    # a flow whose child already completed: the parent is back in wait with the child's value
+    flows = bullmq.FlowProducer(conn)
+    tree = await flows.add({"name": "parent-done", "queueName": "main", "data": {"p": 2},
+                            "children": [{"name": "kid", "queueName": "kids2",
+                                          "data": {"c": 9}}]})  # fmt: skip
+    ids["parent-done"] = tree["job"].id
+    ids["kid-done"] = tree["children"][0]["job"].id
+
+    async def kid(job: Any, token: Any) -> Any:
+        return {"kid": job.data["c"]}
+
+    await run_bullmq_worker(redis_url, prefix, "kids2", kid, 1)
+
+    for name in ("w1", "w2", "w3"):
+        await add(name, {"name": name})
+    await add("lifo", {"x": 1}, {"lifo": True})
+    await add("p5", {"x": 5}, {"priority": 5})
+    await add("p1", {"x": 1}, {"priority": 1})
+    await add("later", {"x": 0}, {"delay": HOUR_MS})
+    await add("keyed", {"k": 1}, {"jobId": "order:7"})
+    await add("dedup", {"d": 1}, {"deduplication": {"id": "dd"}})
+    await add("throttle", {"t": 1}, {"deduplication": {"id": "th", "ttl": HOUR_MS}})
+    await add("nul", {"s": "a\x00b"})
+    await add("surrogate", {"s": "\ud800"})
+    tree = await flows.add({"name": "parent-waiting", "queueName": "main", "data": {"p": 1},
+                            "children": [{"name": "c1", "queueName": "kids", "data": {"c": 1}},
+                                         {"name": "c2", "queueName": "kids",
+                                          "data": {"c": 2}}]})  # fmt: skip
+    ids["parent-waiting"] = tree["job"].id
+    await main.upsertJobScheduler("tick", {"every": HOUR_MS}, "tick-job", {"t": 1})
+    paused = bullmq.Queue("paused", conn)
+    await paused.add("sleepy", {"z": 1})
+    await paused.pause()
+    for closable in (main, flows, paused):
+        await closable.close()
+    return ids
+
+
+async def redis_order(redis_url: str, prefix: str) -> list[str]:
+    """BullMQ's own processing order of the ready jobs of ``main``: wait (right end first),
+    then prioritized by score."""
+    client = aioredis.from_url(redis_url, decode_responses=True)
+    wait = list(reversed(await client.lrange(f"{prefix}:main:wait", 0, -1)))
+    prioritized = await client.zrange(f"{prefix}:main:prioritized", 0, -1)
+    await client.aclose()
+    return [*wait, *prioritized]
+
+
+async def test_every_state_migrates_and_reads_back_through_the_facade(
+    redis_url: str, pg_dsn: str, target: JobQueue, prefix: str
+) -> None:
+    ids = await seed(redis_url, prefix)
+    expected_order = await redis_order(redis_url, prefix)
+    report = await migrate(options(redis_url, pg_dsn, target, prefix, include_history=True))
+    assert report.exit_code is ExitCode.OK, report.render()
+    assert report.verified is True
+    assert sorted(report.queues) == sorted(f"{prefix}:{q}" for q in ("kids", "kids2", "main",
+                                                                      "paused"))  # fmt: skip
+    counts = report.plan.counts[f"{prefix}:main"]  # type: ignore[union-attr]
+    assert counts == {"completed": 1, "failed": 1, "delayed": 2, "waiting": 10,
+                      "prioritized": 2, "waiting-children": 1}, counts  # fmt: skip
+    conn = {"connection": target, "prefix": prefix}
+    main = bullmq_compat.Queue("main", conn)
+
+    async def job(name: str) -> Any:
+        found = await main.getJob(ids[name])
+        assert found is not None, name
+        return found
+
+    ok = await job("ok")
+    assert await ok.getState() == "completed" and ok.returnvalue == {"v": 1}
+    assert ok.attemptsMade == 1 and ok.progress == 100 and ok.data == {"n": 1}
+    assert (await main.getJobLogs(ids["ok"]))["logs"] == ["hello from BullMQ"]
+    bad = await job("bad")
+    assert await bad.getState() == "failed" and bad.failedReason == "bad failed"
+    retry = await job("retry")
+    assert await retry.getState() == "delayed" and retry.attemptsMade == 1
+    assert retry.failedReason == "retry failed"  # a retrying job keeps its last error
+    assert await (await job("later")).getState() == "delayed"
+    assert (await job("p1")).priority == 1 and await (await job("p5")).getState() == "prioritized"
+    assert (await main.getJob("order:7")) is not None
+    assert await (await job("parent-waiting")).getState() == "waiting-children"
+    parent_done = await job("parent-done")
+    assert await parent_done.getChildrenValues() == {
+        f"{prefix}:kids2:{ids['kid-done']}": {"kid": 9}
+    }
+    # data PostgreSQL cannot hold: made safe, the exact bytes kept, and reported
+    nul = await job("nul")
+    assert nul.data == {"s": "a\\0b"}
+    row = await target.get(nul.engine_id)
+    raw = json.loads(__import__("base64").b64decode(row.metadata["bullmq"]["raw_data"]))  # type: ignore[union-attr]
+    assert raw == {"s": "a\x00b"}
+    assert any(ids["nul"] in w and "jsonb" in w for w in report.plan.warnings)  # type: ignore[union-attr]
+    assert any(ids["surrogate"] in w for w in report.plan.warnings)  # type: ignore[union-attr]
+    # the scheduler is a schedule; its pending iteration is its next run, not a job
+    schedule = await target.get_schedule(f"{prefix}:main:tick")
+    assert schedule is not None and schedule.every == HOUR_MS / 1000
+    assert not [j for j in await main.getJobs() if str(j.id).startswith("repeat:tick:")]
+    # dedup keys hold in the engine: simple (in flight) and throttle (absolute expiry)
+    assert (await main.add("dedup", {}, {"deduplication": {"id": "dd"}})).id == ids["dedup"]
+    again = await main.add("throttle", {}, {"deduplication": {"id": "th", "ttl": 1000}})
+    assert again.id == ids["throttle"]
+    # queue meta, and new automatic ids above every migrated numeric id
+    paused = bullmq_compat.Queue("paused", conn)
+    assert await paused.isPaused()
+    fresh = await main.add("fresh", {})
+    assert int(fresh.id) > max(int(i) for i in ids.values() if i.isdigit())
+    await fresh.remove()
+    # BullMQ's processing order, by the facade's worker (scheduler ticks set aside)
+    seen: list[str] = []
+    done = asyncio.Event()
+    wanted = {i for i in expected_order}
+
+    async def process(job: Any, token: Any) -> None:
+        if job.id in wanted:
+            seen.append(job.id)
+            if len(seen) == len(wanted):
+                done.set()
+
+    worker = bullmq_compat.Worker("main", process, {**conn, "concurrency": 1})
+    await asyncio.wait_for(done.wait(), 30)
+    await worker.close()
+    assert seen == expected_order
+    # a second run writes nothing new
+    second = await migrate(options(redis_url, pg_dsn, target, prefix, include_history=True))
+    assert second.written == 0 and second.already_done > 0, second.render()
+    await main.close()
+    await paused.close()
+
+
+async def final_state(jobs: JobQueue) -> set[tuple[str, str | None, str, Any]]:
+    rows = await jobs.list_jobs(limit=1000)
+    return {(r.queue, r.job_key, r.status.value, json.dumps(r.payload, sort_keys=True))
+            for r in rows}  # fmt: skip
+
+
+async def test_a_run_killed_between_batches_resumes_to_the_same_end_state(
+    redis_url: str, pg_dsn: str, target: JobQueue, prefix: str, pool: Any
+) -> None:
+    await seed(redis_url, prefix)
+
+    class Killed(Exception):
+        pass
+
+    def kill_after_two(written: int) -> None:
+        if written >= 4:
+            raise Killed
+
+    with pytest.raises(Killed):
+        await migrate(options(redis_url, pg_dsn, target, prefix, include_history=True,
+                              batch_size=2, after_batch=kill_after_two))  # fmt: skip
+    partial = await final_state(target)
+    assert 0 < len(partial) < 20
+    resumed = await migrate(options(redis_url, pg_dsn, target, prefix, include_history=True,
+                                    batch_size=2))  # fmt: skip
+    assert resumed.exit_code is ExitCode.OK, resumed.render()
+    assert resumed.already_done > 0
+    # an uninterrupted run into a fresh schema ends in the same state
+    other = await JobQueue.connect(pool=pool, schema=f"{target.schema}_b")
+    await other.migrate()
+    try:
+        straight = await migrate(options(redis_url, pg_dsn, other, prefix, include_history=True))
+        assert straight.exit_code is ExitCode.OK
+        assert await final_state(other) == await final_state(target)
+    finally:
+        await pool.execute(f"DROP SCHEMA IF EXISTS {other.schema} CASCADE")
+        await pool.execute(f"DROP SCHEMA IF EXISTS {other.schema}_migration CASCADE")
+
+
+async def test_a_job_added_during_the_run_is_detected(
+    redis_url: str, pg_dsn: str, target: JobQueue, prefix: str
+) -> None:
+    queue = bullmq.Queue("main", {"connection": redis_url, "prefix": prefix})
+    for n in range(4):
+        await queue.add("j", {"n": n})
+
+    async def producer_still_writing(written: int) -> None:
+        if written == 2:
+            await queue.add("late", {"n": 99})
+
+    report = await migrate(options(redis_url, pg_dsn, target, prefix, batch_size=2,
+                                   allow_connected=True, after_batch=producer_still_writing))  # fmt: skip
+    assert report.exit_code is ExitCode.CHANGED, report.render()
+    assert report.changed and f"{prefix}:main" in report.changed[0]
+    rerun = await migrate(options(redis_url, pg_dsn, target, prefix, allow_connected=True))
+    await queue.close()
+    assert rerun.exit_code is ExitCode.OK, rerun.render()
+    assert rerun.written == 1  # only the late job
+    migrated = bullmq_compat.Queue("main", {"connection": target, "prefix": prefix})
+    assert await migrated.getWaitingCount() == 5
+    await migrated.close()
+
+
+async def test_a_live_lock_is_not_migrated_and_clients_are_refused(
+    redis_url: str, pg_dsn: str, target: JobQueue, prefix: str
+) -> None:
+    conn = {"connection": redis_url, "prefix": prefix}
+    queue = bullmq.Queue("main", conn)
+    busy = await queue.add("busy", {})
+    await queue.add("idle", {}, {"delay": HOUR_MS})
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def process(job: Any, token: Any) -> None:
+        started.set()
+        await release.wait()
+
+    worker = bullmq.Worker("main", process, conn)
+    await asyncio.wait_for(started.wait(), 30)
+    refused = await migrate(options(redis_url, pg_dsn, target, prefix))
+    assert refused.exit_code is ExitCode.REFUSED and "still connected" in (refused.refused or "")
+    assert await target.list_jobs() == []
+    report = await migrate(options(redis_url, pg_dsn, target, prefix, allow_connected=True))
+    release.set()
+    await worker.close()
+    await queue.close()
+    assert report.exit_code is ExitCode.INCOMPLETE, report.render()
+    skipped = [s for s in report.plan.skipped if s.job_id == busy.id]  # type: ignore[union-attr]
+    assert skipped and "live lock" in skipped[0].reason
+    assert [r.job_key for r in await target.list_jobs()] == [
+        (await bullmq_compat.Queue("main", {"connection": target, "prefix": prefix}).getDelayed())[
+            0
+        ].id
+    ]
+
+
+async def test_a_legacy_layout_is_refused(
+    redis_url: str, pg_dsn: str, target: JobQueue, prefix: str
+) -> None:
+    client = aioredis.from_url(redis_url)
+    await client.hset(f"{prefix}:old:meta", mapping={"opts.maxLenEvents": "10000"})
+    await client.lpush(f"{prefix}:old:wait", "0:0", "1")
+    await client.hset(f"{prefix}:old:1", mapping={"name": "x", "data": "{}", "opts": "{}"})
+    await client.aclose()
+    report = await migrate(options(redis_url, pg_dsn, target, prefix))
+    assert report.exit_code is ExitCode.REFUSED
+    assert "v4 markers" in (report.refused or "")
+    assert await target.list_jobs() == []
+
+
+async def test_dry_run_writes_nothing_and_the_cli_reports_the_plan(
+    redis_url: str, pg_dsn: str, target: JobQueue, prefix: str
+) -> None:
+    queue = bullmq.Queue("main", {"connection": redis_url, "prefix": prefix})
+    await queue.add("a", {"n": 1})
+    await queue.add("b", {"n": 2}, {"priority": 3})
+    await queue.close()
+    report = await migrate(options(redis_url, pg_dsn, target, prefix, dry_run=True))
+    assert report.exit_code is ExitCode.OK and report.written == 0
+    assert report.plan is not None and report.plan.counts[f"{prefix}:main"] == {
+        "waiting": 1, "prioritized": 1,
+    }  # fmt: skip
+    assert await target.list_jobs() == []
+    cli = [sys.executable, "-m", "migration_tools", "--redis", redis_url, "--postgres", pg_dsn,
+           "--schema", target.schema, "--prefix", prefix]  # fmt: skip
+    dry = subprocess.run([*cli, "--dry-run"], capture_output=True, text=True, timeout=120)
+    assert dry.returncode == 0, dry.stderr
+    assert f"{prefix}:main: prioritized 1, waiting 1" in dry.stdout
+    real = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+    assert real.returncode == 0, real.stdout + real.stderr
+    assert "verification: passed" in real.stdout
+    assert len(await target.list_jobs()) == 2
+    bad = subprocess.run([*cli, "--dry-run", "--verify-only"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "cannot be combined" in bad.stderr
