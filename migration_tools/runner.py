@@ -341,8 +341,12 @@ async def _verify(
                 continue
             state, data_sum = found
             allowed = {entry.state}
-            if entry.state == "delayed":
-                allowed |= {"waiting", "prioritized"}  # it may have fallen due since
+            if entry.state not in ("completed", "failed"):
+                # a job still to run may have run in the engine since (or fallen due, or been
+                # released by its children): later states are fine, earlier ones are not
+                allowed |= {"active", "completed", "failed"}
+                if entry.state in ("delayed", "waiting-children"):
+                    allowed |= {"waiting", "prioritized"}
             if state not in allowed:
                 ok = False
                 report.problems.append(f"{ref} {key}: state {state}, expected {entry.state}")

@@ -355,3 +355,66 @@ async def test_dry_run_writes_nothing_and_the_cli_reports_the_plan(
     assert len(await target.list_jobs()) == 2
     bad = subprocess.run([*cli, "--dry-run", "--verify-only"], capture_output=True, text=True)
     assert bad.returncode == 2 and "cannot be combined" in bad.stderr
+
+
+async def test_flow_failure_records_verify_only_and_delete_after_verification(
+    redis_url: str, pg_dsn: str, target: JobQueue, prefix: str
+) -> None:
+    conn = {"connection": redis_url, "prefix": prefix}
+    flows = bullmq.FlowProducer(conn)
+    tree = await flows.add({
+        "name": "parent", "queueName": "main", "data": {},
+        "children": [
+            {"name": "ok", "queueName": "kids", "data": {"v": 1}},
+            {"name": "ign", "queueName": "kids", "data": {"v": 2},
+             "opts": {"ignoreDependencyOnFailure": True}},
+            {"name": "open", "queueName": "kids-b", "data": {"v": 3}},
+        ],
+    })  # fmt: skip
+    await flows.close()
+    parent_id = tree["job"].id
+    ok_id, ign_id, open_id = (c["job"].id for c in tree["children"])
+
+    async def kids(job: Any, token: Any) -> Any:
+        if job.name == "ign":
+            raise Exception("ignored failure")
+        return {"ok": job.data["v"]}
+
+    await run_bullmq_worker(redis_url, prefix, "kids", kids, 2)
+    report = await migrate(options(redis_url, pg_dsn, target, prefix, queues=["main"]))
+    assert report.exit_code is ExitCode.OK, report.render()
+    assert any("kids-b" in n for n in report.notes)  # the rest of the tree came along
+    facade = {"connection": target, "prefix": prefix}
+    main = bullmq_compat.Queue("main", facade)
+    parent = await main.getJob(parent_id)
+    assert parent is not None and await parent.getState() == "waiting-children"
+    assert await parent.getChildrenValues() == {f"{prefix}:kids:{ok_id}": {"ok": 1}}
+    assert await parent.getIgnoredChildrenFailures() == {
+        f"{prefix}:kids:{ign_id}": "ignored failure"
+    }
+    # the open child runs here now, and releases the parent
+    finished = asyncio.Event()
+    child_worker = bullmq_compat.Worker("kids-b", kids, facade)
+    parent_worker = bullmq_compat.Worker(
+        "main", lambda job, token: asyncio.sleep(0, "done"), facade
+    )
+    parent_worker.on("completed", lambda job, result: finished.set())
+    await asyncio.wait_for(finished.wait(), 30)
+    await child_worker.close()
+    await parent_worker.close()
+    assert await (await main.getJob(parent_id)).getState() == "completed"  # type: ignore[union-attr]
+    assert (
+        await (await bullmq_compat.Queue("kids-b", facade).getJob(open_id)).getState()
+        == "completed"
+    )  # type: ignore[union-attr]
+    # verify-only reads, writes nothing; delete-from-redis removes the queues with BullMQ's client
+    check = await migrate(options(redis_url, pg_dsn, target, prefix, verify_only=True,
+                                  include_history=True))  # fmt: skip
+    assert check.written == 0 and check.verified is True, check.render()
+    gone = await migrate(options(redis_url, pg_dsn, target, prefix, delete_from_redis=True))
+    assert gone.exit_code is ExitCode.OK and len(gone.deleted) == 3, gone.render()
+    client = aioredis.from_url(redis_url)
+    assert not await client.exists(f"{prefix}:kids-b:{open_id}", f"{prefix}:kids:{ok_id}")
+    assert await client.llen(f"{prefix}:kids-b:wait") == 0
+    await client.aclose()
+    await main.close()
