@@ -156,22 +156,17 @@ class Transformer:
         self.state: dict[tuple[QueueRef, str], str] = {}
         self.run_at: dict[tuple[QueueRef, str], int] = {}
         for ref, snap in snapshots.items():
+            where: dict[str, dict[str, str]] = {}
             for container, rows in snap.containers.items():
                 for job_id, score in rows:
-                    key = (ref, job_id)
-                    self.state.setdefault(key, state_of({container: ""}))
+                    where.setdefault(job_id, {})[container] = ""
                     if container == "delayed":
-                        self.run_at[key] = delayed_run_at_ms(score)
-            # BullMQ's precedence when an id is in two containers (inconsistent reads)
-            for job_id in snap.jobs:
-                where = {
-                    c: ""
-                    for c, rows in snap.containers.items()
-                    if any(i == job_id for i, _ in rows)
-                }
-                if len(where) > 1:
-                    self.state[(ref, job_id)] = state_of(where)
-                    self.plan.warnings.append(f"{ref}: job {job_id} is in {sorted(where)}")
+                        self.run_at[(ref, job_id)] = delayed_run_at_ms(score)
+            for job_id, containers in where.items():
+                # BullMQ's precedence when an id is in two containers (inconsistent reads)
+                self.state[(ref, job_id)] = state_of(containers)
+                if len(containers) > 1:
+                    self.plan.warnings.append(f"{ref}: job {job_id} is in {sorted(containers)}")
 
     def build(self) -> Plan:
         scheduler_jobs = self._schedules()

@@ -1,0 +1,381 @@
+"""The dashboard as an ASGI app: ``create_app(jobs)`` to mount it in your own application, or
+``pgjobs dashboard --dsn ...`` to serve it alone.
+
+Safe by default: every action is a POST carrying a CSRF token that must match its cookie
+(double submit, SameSite=Strict); ``read_only`` refuses them all; every value shown is escaped
+by the templates; every read goes through the tracking API with bind parameters. With a
+``tenant_resolver`` (request -> tenant), every read and action is scoped to that tenant, and
+queue-wide settings (pause, metrics, purge of a whole queue) are refused, since a queue is
+shared by tenants.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import secrets
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from pgjobs.client import JobQueue
+from pgjobs.dashboard import graph
+from pgjobs.dashboard.pages import ENVIRONMENT
+from pgjobs.errors import PgJobsError
+from pgjobs.models import FlowFilter, JobFilter, SubState
+
+TenantResolver = Callable[[Request], "str | Awaitable[str | None] | None"]
+PAGE = 50
+CSRF_COOKIE = "pgjobs_csrf"
+SUB_STATES = [s.value for s in SubState]
+OUTCOMES = ["running", "failed", "completed_with_failures", "completed"]
+EDGE_COLOURS = {"block": "#888", "cascade": "#d05050", "ignore": "#5080d0", "continue": "#50a050"}
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _sparkline(values: list[int], width: int = 120, height: int = 24) -> str:
+    """A tiny SVG of counts (numbers only: nothing user-supplied goes in)."""
+    if not values:
+        return ""
+    top = max(max(values), 1)
+    step = width / max(len(values) - 1, 1)
+    points = " ".join(
+        f"{i * step:.1f},{height - (v / top) * (height - 2) - 1:.1f}" for i, v in enumerate(values)
+    )
+    return (
+        f'<svg width="{width}" height="{height}" class="spark"><polyline fill="none" '
+        f'stroke="#23364d" points="{points}"/></svg>'
+    )
+
+
+def _bars(values: list[int], labels: list[str], width: int = 900, height: int = 160) -> str:
+    top = max(max(values, default=0), 1)
+    bar = width / max(len(values), 1)
+    rects = "".join(
+        f'<rect x="{i * bar:.1f}" y="{height - v / top * (height - 10):.1f}" '
+        f'width="{max(bar - 1, 1):.1f}" height="{v / top * (height - 10):.1f}" fill="#6c9bd2">'
+        f"<title>{label}: {v}</title></rect>"
+        for i, (v, label) in enumerate(zip(values, labels, strict=True))
+    )
+    return f'<svg width="{width}" height="{height}" class="bars">{rects}</svg>'
+
+
+def _line(start: graph.Placed, end: graph.Placed, edge: Any) -> dict[str, Any]:
+    return {
+        "x1": start.x + graph.NODE_W,
+        "y1": start.y + graph.NODE_H / 2,
+        "x2": end.x,
+        "y2": end.y + graph.NODE_H / 2,
+        "colour": EDGE_COLOURS.get(edge.policy, "#888"),
+        "policy": edge.policy,
+        "state": edge.state,
+    }
+
+
+class Dashboard:
+    def __init__(
+        self,
+        jobs: JobQueue,
+        *,
+        read_only: bool = False,
+        tenant_resolver: TenantResolver | None = None,
+        root_path: str = "",
+    ) -> None:
+        self.jobs = jobs
+        self.read_only = read_only
+        self.tenant_resolver = tenant_resolver
+        self.root = root_path.rstrip("/")
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    async def tenant(self, request: Request) -> str | None:
+        if self.tenant_resolver is None:
+            return None
+        value = self.tenant_resolver(request)
+        if isinstance(value, Awaitable):
+            value = await value
+        if value is None:
+            raise HTTPException(403, "no tenant for this request")
+        return str(value)
+
+    def scope(self, tenant: str | None) -> dict[str, Any]:
+        """Keyword arguments of the engine's tenant-scoped calls."""
+        return {"tenant": tenant} if tenant is not None else {"any_tenant": True}
+
+    async def render(
+        self, request: Request, name: str, status: int = 200, **context: Any
+    ) -> Response:
+        token = request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(32)
+        html = ENVIRONMENT.get_template(name + ".html").render(
+            root=self.root,
+            read_only=self.read_only,
+            tenant=await self.tenant(request),
+            csrf=token,
+            message=request.query_params.get("message"),
+            pretty=_pretty,
+            **context,
+        )
+        response = HTMLResponse(html, status_code=status)
+        response.set_cookie(CSRF_COOKIE, token, httponly=True, samesite="strict")
+        response.headers["Content-Security-Policy"] = (
+            "default-src 'self'; style-src 'unsafe-inline'"
+        )
+        response.headers["X-Frame-Options"] = "DENY"
+        return response
+
+    async def checked_form(self, request: Request) -> dict[str, str]:
+        """The POSTed form, once the action is allowed and its CSRF token matches the cookie."""
+        if self.read_only:
+            raise HTTPException(403, "this dashboard is read-only")
+        form = {k: str(v) for k, v in (await request.form()).items()}
+        cookie = request.cookies.get(CSRF_COOKIE, "")
+        if not cookie or not hmac.compare_digest(cookie, form.get("csrf", "")):
+            raise HTTPException(403, "missing or wrong CSRF token: reload the page and retry")
+        return form
+
+    def back(self, request: Request, path: str, message: str) -> Response:
+        return RedirectResponse(f"{self.root}{path}?{urlencode({'message': message})}", 303)
+
+    def queue_wide(self, tenant: str | None) -> None:
+        if tenant is not None:
+            raise HTTPException(403, "queue-wide actions are not available to a tenant")
+
+    # -- pages ------------------------------------------------------------------------------
+
+    async def queues(self, request: Request) -> Response:
+        tenant = await self.tenant(request)
+        rows = []
+        hour_ago = datetime.now(UTC) - timedelta(hours=1)
+        for stats in await self.jobs.queue_stats():
+            counts = stats.counts
+            if tenant is not None:
+                counts = await self.jobs.substate_counts(
+                    JobFilter(queue=stats.queue, tenant=tenant)
+                )
+                if not any(counts.values()):
+                    continue  # another tenant's queue: not even its name is shown
+                spark = ""
+            else:
+                buckets = await self.jobs.queue_metrics(stats.queue, "minute", hour_ago)
+                spark = _sparkline([b.completed + b.dead for b in buckets])
+            rows.append({
+                "name": stats.queue, "counts": {s.value: counts[s] for s in SubState},
+                "paused": stats.paused, "concurrency": stats.concurrency,
+                "rate_limit": stats.rate_limit, "rate_period": stats.rate_period,
+                "sparkline": spark,
+            })  # fmt: skip
+        return await self.render(request, "queues", queues=rows, sub_states=SUB_STATES)
+
+    async def queue_jobs(self, request: Request) -> Response:
+        tenant = await self.tenant(request)
+        queue = request.path_params["queue"]
+        q = request.query_params
+        page = max(int(q.get("page", "0") or 0), 0)
+        filters: dict[str, Any] = {
+            k: q.get(k) or None for k in ("sub_state", "kind", "name_prefix", "dedup_key")
+        }
+        if filters["sub_state"] and filters["sub_state"] not in SUB_STATES:
+            raise HTTPException(400, f"unknown sub_state {filters['sub_state']!r}")
+        where = JobFilter(queue=queue, tenant=tenant, **filters)
+        rows = await self.jobs.list_jobs(where, limit=PAGE + 1, offset=page * PAGE)
+
+        def query(p: int) -> str:
+            return urlencode({**{k: v for k, v in filters.items() if v}, "page": p})
+
+        return await self.render(
+            request, "jobs", queue=queue, jobs=rows[:PAGE], more=len(rows) > PAGE, page=page,
+            filters=filters, sub_states=SUB_STATES, query=query,
+        )  # fmt: skip
+
+    async def job(self, request: Request) -> Response:
+        tenant = await self.tenant(request)
+        job_id = self._int(request.path_params["job_id"])
+        row = await self.jobs.get(job_id, **self.scope(tenant))
+        if row is None:
+            raise HTTPException(404, f"no job {job_id}")
+        logs = await self.jobs.read_logs(job_id, limit=500, **self.scope(tenant))
+        return await self.render(request, "job", job=row, logs=logs)
+
+    async def flows(self, request: Request) -> Response:
+        tenant = await self.tenant(request)
+        q = request.query_params
+        page = max(int(q.get("page", "0") or 0), 0)
+        filters: dict[str, Any] = {k: q.get(k) or None for k in ("queue", "outcome", "name_prefix")}
+        if filters["outcome"] and filters["outcome"] not in OUTCOMES:
+            raise HTTPException(400, f"unknown outcome {filters['outcome']!r}")
+        rows = await self.jobs.list_flows(
+            FlowFilter(tenant=tenant, **filters), limit=PAGE + 1, offset=page * PAGE
+        )
+
+        def query(p: int) -> str:
+            return urlencode({**{k: v for k, v in filters.items() if v}, "page": p})
+
+        return await self.render(
+            request, "flows", flows=rows[:PAGE], more=len(rows) > PAGE, page=page,
+            filters=filters, outcomes=OUTCOMES, query=query,
+        )  # fmt: skip
+
+    async def flow(self, request: Request) -> Response:
+        tenant = await self.tenant(request)
+        flow_id = self._int(request.path_params["flow_id"])
+        view = await self.jobs.flow_view(flow_id, **self.scope(tenant))
+        if view is None:
+            raise HTTPException(404, f"no flow {flow_id}")
+        placed, width, height = graph.layout(view.nodes, view.edges)
+        at = {p.node.id: p for p in placed}
+        lines = [_line(at[e.prerequisite], at[e.dependent], e) for e in view.edges
+                 if e.prerequisite in at and e.dependent in at]  # fmt: skip
+        return await self.render(
+            request, "flow", view=view, placed=placed, lines=lines, width=width, height=height,
+            node_w=graph.NODE_W, node_h=graph.NODE_H, colours=graph.COLOURS,
+        )  # fmt: skip
+
+    async def metrics(self, request: Request) -> Response:
+        tenant = await self.tenant(request)
+        self.queue_wide(tenant)
+        queue = request.path_params["queue"]
+        granularity = request.query_params.get("granularity", "minute")
+        spans = {"minute": timedelta(hours=2), "hour": timedelta(days=2), "day": timedelta(days=60)}
+        if granularity not in spans:
+            raise HTTPException(400, "granularity must be minute, hour or day")
+        end = datetime.now(UTC)
+        buckets = await self.jobs.queue_metrics(queue, granularity, end - spans[granularity], end)  # type: ignore[arg-type]
+        labels = [b.start.strftime("%Y-%m-%d %H:%M") for b in buckets]
+        charts = [
+            (name, _bars([getattr(b, field) for b in buckets], labels))
+            for name, field in (("completed", "completed"), ("failed", "dead"),
+                                ("cancelled", "cancelled"))
+        ]  # fmt: skip
+        return await self.render(request, "metrics", queue=queue, charts=charts)
+
+    async def purge_confirm(self, request: Request) -> Response:
+        tenant = await self.tenant(request)
+        self.queue_wide(tenant)
+        if self.read_only:
+            raise HTTPException(403, "this dashboard is read-only")
+        queue = request.path_params["queue"]
+        sub_state = request.query_params.get("sub_state") or None
+        where = self._purge_filter(queue, sub_state)
+        counts = await self.jobs.substate_counts(where)
+        count = sum(n for s, n in counts.items() if s is not SubState.ACTIVE)
+        return await self.render(request, "purge", queue=queue, sub_state=sub_state, count=count)
+
+    # -- actions ------------------------------------------------------------------------------
+
+    async def job_action(self, request: Request) -> Response:
+        await self.checked_form(request)
+        tenant = await self.tenant(request)
+        job_id = self._int(request.path_params["job_id"])
+        action = request.path_params["action"]
+        scope = self.scope(tenant)
+        if action == "retry":
+            done = await self.jobs.requeue(job_id, **scope)
+        elif action == "cancel":
+            done = await self.jobs.cancel(job_id, **scope)
+        elif action == "promote":
+            done = await self.jobs.promote(job_id, **scope)
+        elif action == "remove":
+            if await self.jobs.get(job_id, **scope) is None:
+                raise HTTPException(404, f"no job {job_id}")
+            result = await self.jobs.purge(JobFilter(ids=(job_id,), tenant=tenant))
+            if result.deleted:
+                return self.back(request, "/", f"job {job_id} removed")
+            done = False
+        else:
+            raise HTTPException(404, f"no action {action!r}")
+        message = f"{action}: job {job_id}" + ("" if done else " (nothing to do in its state)")
+        return self.back(request, f"/jobs/{job_id}", message)
+
+    async def queue_action(self, request: Request) -> Response:
+        await self.checked_form(request)
+        self.queue_wide(await self.tenant(request))
+        queue = request.path_params["queue"]
+        action = request.path_params["action"]
+        if action == "pause":
+            await self.jobs.pause(queue)
+        elif action == "resume":
+            await self.jobs.resume(queue)
+        else:
+            raise HTTPException(404, f"no action {action!r}")
+        return self.back(request, "/", f"queue {queue}: {action}d")
+
+    async def purge(self, request: Request) -> Response:
+        form = await self.checked_form(request)
+        self.queue_wide(await self.tenant(request))
+        queue = request.path_params["queue"]
+        result = await self.jobs.purge(self._purge_filter(queue, form.get("sub_state") or None))
+        return self.back(
+            request, f"/queues/{queue}",
+            f"purged {result.deleted} job(s) (confirmed {form.get('expected', '?')}); "
+            f"{result.skipped_running} running left alone",
+        )  # fmt: skip
+
+    async def flow_requeue(self, request: Request) -> Response:
+        await self.checked_form(request)
+        tenant = await self.tenant(request)
+        flow_id = self._int(request.path_params["flow_id"])
+        try:
+            ids = await self.jobs.requeue_flow(flow_id, **self.scope(tenant))
+        except PgJobsError as exc:
+            return self.back(request, f"/flows/{flow_id}", str(exc))
+        return self.back(request, f"/flows/{flow_id}", f"requeued {len(ids)} job(s)")
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _int(value: str) -> int:
+        if not value.isdigit() or len(value) > 18:
+            raise HTTPException(404, f"not an id: {value!r}")
+        return int(value)
+
+    @staticmethod
+    def _purge_filter(queue: str, sub_state: str | None) -> JobFilter:
+        if sub_state is not None and sub_state not in SUB_STATES:
+            raise HTTPException(400, f"unknown sub_state {sub_state!r}")
+        return JobFilter(queue=queue, sub_state=sub_state)
+
+
+def create_app(
+    jobs: JobQueue,
+    *,
+    read_only: bool = False,
+    tenant_resolver: TenantResolver | None = None,
+    root_path: str = "",
+) -> Starlette:
+    """The dashboard on ``jobs``. Mount it (``Mount("/jobs", app=create_app(jobs,
+    root_path="/jobs"))``) or serve it (``pgjobs dashboard``)."""
+    d = Dashboard(jobs, read_only=read_only, tenant_resolver=tenant_resolver, root_path=root_path)
+
+    async def error(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
+        html = ENVIRONMENT.get_template("error.html").render(
+            root=d.root, read_only=d.read_only, tenant=None, csrf="", message=None,
+            status=status, detail=detail,
+        )  # fmt: skip
+        return HTMLResponse(html, status_code=status)
+
+    routes = [
+        Route("/", d.queues),
+        Route("/queues/{queue:str}", d.queue_jobs),
+        Route("/queues/{queue:str}/metrics", d.metrics),
+        Route("/queues/{queue:str}/purge", d.purge_confirm, methods=["GET"]),
+        Route("/queues/{queue:str}/purge", d.purge, methods=["POST"]),
+        Route("/queues/{queue:str}/{action:str}", d.queue_action, methods=["POST"]),
+        Route("/jobs/{job_id:str}", d.job),
+        Route("/jobs/{job_id:str}/{action:str}", d.job_action, methods=["POST"]),
+        Route("/flows", d.flows),
+        Route("/flows/{flow_id:str}", d.flow),
+        Route("/flows/{flow_id:str}/requeue", d.flow_requeue, methods=["POST"]),
+    ]
+    return Starlette(routes=routes, exception_handlers={HTTPException: error})

@@ -1,0 +1,99 @@
+"""The dashboard in a real headless Chromium (Debian's /usr/bin/chromium driven by Playwright;
+no browser is downloaded): every page loads on a seeded database, a retry and a pause are
+clicked, and the pages show their effect. Screenshots go to docs/ for the README."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+from playwright.async_api import Browser, async_playwright
+
+from pgjobs import Flow, JobQueue
+from pgjobs.dashboard import create_app
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        raise RuntimeError("the browser tests need Debian's chromium: apt-get install chromium")
+    async with async_playwright() as p:
+        instance = await p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                           args=["--no-sandbox"])  # fmt: skip
+        yield instance
+        await instance.close()
+
+
+@pytest.fixture
+async def base_url(jobs: JobQueue, seeded: dict[str, int]) -> AsyncIterator[str]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = uvicorn.Config(create_app(jobs), host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    await task
+
+
+async def test_pages_load_and_retry_and_pause_take_effect(
+    browser: Browser, base_url: str, jobs: JobQueue, seeded: dict[str, int]
+) -> None:
+    page = await browser.new_page(viewport={"width": 1280, "height": 800})
+    for path in ("/", "/queues/mail", f"/jobs/{seeded['done']}", "/flows",
+                 f"/flows/{seeded['flow']}", "/queues/mail/metrics"):  # fmt: skip
+        response = await page.goto(base_url + path)
+        assert response is not None and response.status == 200, path
+    # hostile names are shown as text, never run
+    await page.goto(f"{base_url}/jobs/{seeded['done']}")
+    assert "<script>" in (await page.locator("h1 + p").inner_text())
+    # retry a failed job from its page
+    await page.goto(f"{base_url}/jobs/{seeded['failed']}")
+    assert await page.locator("#state").inner_text() == "failed"
+    await page.get_by_role("button", name="Retry").click()
+    await page.wait_for_url("**/jobs/*?message=*")
+    assert await page.locator("#state").inner_text() == "ready"
+    assert "retry: job" in await page.get_by_role("status").inner_text()
+    # pause a queue from the overview
+    await page.goto(base_url + "/")
+    row = page.locator('tr[data-queue="mail"]')
+    await row.get_by_role("button", name="Pause").click()
+    await page.wait_for_url("**/?message=*")
+    assert await page.locator('tr[data-queue="mail"] [data-paused]').count() == 1
+    assert (await jobs.queue_settings("mail")).paused
+    DOCS.mkdir(exist_ok=True)
+    await page.screenshot(path=str(DOCS / "dashboard-queues.png"))
+    await page.goto(f"{base_url}/flows/{seeded['flow']}")
+    await page.screenshot(path=str(DOCS / "dashboard-flow.png"))
+
+
+async def test_a_thousand_node_flow_renders_and_links_every_node(
+    browser: Browser, base_url: str, jobs: JobQueue
+) -> None:
+    flow = Flow("wide")
+    flow.add("root", "work", {"n": 0})
+    for i in range(999):
+        flow.add(f"leaf{i}", "work", {"n": i})
+        flow.edge(f"leaf{i}", "root")
+    submitted = await jobs.submit_flow(flow)
+    page = await browser.new_page()
+    response = await page.goto(f"{base_url}/flows/{submitted.flow_id}")
+    assert response is not None and response.status == 200
+    assert await page.locator("#dag g.node").count() == 1000
+    assert await page.locator("#dag line").count() == 999
+    # wrapped into columns: the drawing is wider than tall enough to scroll, not 40,000 px
+    box = await page.locator("#dag").bounding_box()
+    assert box is not None and box["height"] < 2000
+    await page.locator("#dag a").first.click()
+    await page.wait_for_url("**/jobs/*")
