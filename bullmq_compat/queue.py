@@ -322,19 +322,20 @@ class Queue:
             return []
         jobs = await self._engine()
         rows: list[JobRow] = []
-        offset = 0
-        while True:
+        last: int | None = None
+        while True:  # keyset pages: each reads only its own rows however deep it is
+            bound = {} if last is None else ({"after_id": last} if asc else {"before_id": last})
             page = await jobs.list_jobs(
-                self._filter(sub_state=sub_states), limit=1000, offset=offset, oldest_first=asc
+                self._filter(sub_state=sub_states, **bound), limit=1000, oldest_first=asc
             )
             rows.extend(
                 r
                 for r in page
                 if state_of(r) in names or ("wait" in names and state_of(r) == "waiting")
             )
-            offset += len(page)
             if len(page) < 1000 or (end >= 0 and len(rows) > end):
                 break
+            last = page[-1].id
         selected = rows[start:] if end < 0 else rows[start : end + 1]
         return [Job.from_row(self, row) for row in selected]
 

@@ -124,6 +124,10 @@ class JobFilter:
     priority: int | None = None
     job_key: str | None = None
     ids: tuple[int, ...] | None = None
+    after_id: int | None = None
+    """Only ids above it: keyset paging through list_jobs(oldest_first=True)."""
+    before_id: int | None = None
+    """Only ids below it: keyset paging newest first."""
 
 
 @dataclass(frozen=True, slots=True)

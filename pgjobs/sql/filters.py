@@ -68,6 +68,9 @@ _JOB_RULES: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "priority": ("{a}.priority = {p}::int", options.priority),
     "job_key": ("{a}.job_key = {p}::text", _text("job_key")),
     "ids": ("{a}.id = ANY({p}::bigint[])", lambda v: [_int("ids", 1, 2**63 - 1)(i) for i in v]),
+    # keyset paging: list_jobs(oldest_first=True) with after_id = the last id of the page read
+    "after_id": ("{a}.id > {p}::bigint", _int("after_id", 0, 2**63 - 1)),
+    "before_id": ("{a}.id < {p}::bigint", _int("before_id", 0, 2**63 - 1)),
 }
 
 # Flow summaries (alias f, see tracking.sql list_flows); {s} is the schema.

@@ -209,6 +209,11 @@ async def test_list_jobs_pages_newest_first(jobs: JobQueue) -> None:
     assert [r.id for r in first + second] == created[::-1][:6]
     oldest = await jobs.list_jobs(limit=2, oldest_first=True)
     assert [r.id for r in oldest] == created[:2]
+    # keyset pages: after the last id read (oldest first), before it (newest first)
+    after = await jobs.list_jobs(JobFilter(after_id=oldest[-1].id), limit=2, oldest_first=True)
+    assert [r.id for r in after] == created[2:4]
+    before = await jobs.list_jobs(JobFilter(before_id=first[-1].id), limit=3)
+    assert [r.id for r in before] == created[::-1][3:6]
 
 
 class Step(pydantic.BaseModel):
