@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import asyncpg
 import pydantic
 
-from pgjobs import Flow, JobContext, JobQueue, JobSpec, Registry
+from pgjobs import Flow, JobContext, JobQueue, JobSpec, Registry, create_pool
 
 
 class System(Protocol):
@@ -51,7 +51,7 @@ class Engine:
                 self.started[-data.i] = time.perf_counter()
                 self.start_event.set()
 
-        self.pool = await asyncpg.create_pool(dsn, min_size=4, max_size=20)
+        self.pool = await create_pool(dsn, min_size=4, max_size=20)
         self.schema = f"bench_{uuid.uuid4().hex[:8]}"
         self.jobs = await JobQueue.connect(
             pool=self.pool, schema=self.schema, registry=self.registry
@@ -415,7 +415,7 @@ class Facade(BullMQRedis):
         import bullmq_compat
 
         self.bullmq = bullmq_compat  # type: ignore[assignment]
-        self.pool = await asyncpg.create_pool(dsn, min_size=4, max_size=20)
+        self.pool = await create_pool(dsn, min_size=4, max_size=20)
         self.schema = f"bench_{uuid.uuid4().hex[:8]}"
         self.jobs = await JobQueue.connect(pool=self.pool, schema=self.schema)
         await self.jobs.migrate()

@@ -12,6 +12,7 @@ import asyncpg
 
 import pgjobs
 from pgjobs import DEFAULT_SCHEMA, dsn_from_env
+from pgjobs.executor import create_pool
 
 
 class Connection:
@@ -39,10 +40,10 @@ class Connection:
                 args = dict(given)
                 if "dbname" in args:
                     args["database"] = args.pop("dbname")
-                pool = self._owned_pool = await asyncpg.create_pool(min_size=1, max_size=10, **args)
+                pool = self._owned_pool = await create_pool(None, min_size=1, max_size=10, **args)
             elif given is None or isinstance(given, str):
                 dsn = given or dsn_from_env()
-                pool = self._owned_pool = await asyncpg.create_pool(dsn, min_size=1, max_size=10)
+                pool = self._owned_pool = await create_pool(dsn, min_size=1, max_size=10)
             else:
                 raise TypeError(
                     "opts['connection'] must be a PostgreSQL DSN, a dict of connection arguments, "

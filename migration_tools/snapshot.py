@@ -43,6 +43,24 @@ class QueueSnapshot:
     missing_hashes: list[str] = field(default_factory=list)
 
 
+_READ_JOBS = """
+local out = {}
+for i, id in ipairs(ARGV) do
+  local k = KEYS[1] .. id
+  out[i] = {redis.call('HGETALL', k), redis.call('LRANGE', k .. ':logs', 0, -1),
+            redis.call('SMEMBERS', k .. ':dependencies'),
+            redis.call('HGETALL', k .. ':processed'), redis.call('HGETALL', k .. ':failed'),
+            redis.call('ZRANGE', k .. ':unsuccessful', 0, -1)}
+end
+return out
+"""
+
+
+def _pairs(flat: list[Any]) -> dict[Any, Any]:
+    """HGETALL as a Lua script returns it (a flat list) -> a dict."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
 def _s(value: bytes | str | None) -> str | None:
     if value is None:
         return None
@@ -221,32 +239,27 @@ async def _read_jobs(
     b = ref.base
     for start in range(0, len(ids), BATCH):
         chunk = ids[start : start + BATCH]
-        pipe = redis.pipeline(transaction=False)
-        for job_id in chunk:
-            key = b + job_id
-            pipe.hgetall(key)
-            pipe.lrange(key + ":logs", 0, -1)
-            pipe.smembers(key + ":dependencies")
-            pipe.hgetall(key + ":processed")
-            pipe.hgetall(key + ":failed")
-            pipe.zrange(key + ":unsuccessful", 0, -1)
-        values = await pipe.execute()
-        for index, job_id in enumerate(chunk):
-            raw, logs, deps, processed, failed, unsuccessful = values[index * 6 : index * 6 + 6]
+        # One read-only script per batch: a job hash and its five sub-keys, for 500 jobs, in one
+        # round trip (a pipeline of 3,000 commands costs more to pack than to run).
+        values = await redis.eval(_READ_JOBS, 1, b, *chunk)
+        for job_id, (raw, logs, deps, processed, failed, unsuccessful) in zip(
+            chunk, values, strict=True
+        ):
             if not raw:
                 missing.append(job_id)
                 continue
-            data = raw.pop(b"data", None)
+            fields = _pairs(raw)
+            data = fields.pop(b"data", None)
             jobs[job_id] = RawJob(
                 prefix=ref.prefix,
                 queue=ref.name,
                 id=job_id,
-                fields=_hash(raw),
+                fields=_hash(fields),
                 data_bytes=data,
                 logs=[_s(x) or "" for x in logs],
                 dependencies=sorted(_s(x) or "" for x in deps),
-                processed=_hash(processed),
-                failed_children=_hash(failed),
+                processed=_hash(_pairs(processed)),
+                failed_children=_hash(_pairs(failed)),
                 unsuccessful=[_s(x) or "" for x in unsuccessful],
             )
     return jobs, missing

@@ -155,6 +155,7 @@ class Transformer:
         self.plan = Plan()
         self.state: dict[tuple[QueueRef, str], str] = {}
         self.run_at: dict[tuple[QueueRef, str], int] = {}
+        self._decoded: dict[str, tuple[Any, str | None]] = {}
         for ref, snap in snapshots.items():
             where: dict[str, dict[str, str]] = {}
             for container, rows in snap.containers.items():
@@ -297,6 +298,12 @@ class Transformer:
 
     def _data(self, job: RawJob) -> tuple[Any, str | None]:
         """The parsed data, made jsonb-safe when needed; with the raw bytes (base64) then."""
+        cached = self._decoded.get(job.key)
+        if cached is None:
+            cached = self._decoded[job.key] = self._decode(job)
+        return cached
+
+    def _decode(self, job: RawJob) -> tuple[Any, str | None]:
         raw = job.data_bytes if job.data_bytes is not None else b"{}"
         try:
             data = json.loads(raw.decode("utf-8"))

@@ -22,6 +22,7 @@ from pgjobs.errors import (
     UnknownKind,
 )
 from pgjobs.events import EventStream
+from pgjobs.executor import create_pool
 from pgjobs.flows import EdgePolicy, Flow, SubmittedFlow
 from pgjobs.imports import ImportedEdge, ImportedJob
 from pgjobs.kinds import Kind, Registry
@@ -99,5 +100,6 @@ __all__ = [
     "WaitForPrerequisites",
     "Worker",
     "WorkerStats",
+    "create_pool",
     "dsn_from_env",
 ]
