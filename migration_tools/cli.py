@@ -1,6 +1,7 @@
 """``bullmq-to-pgjobs`` / ``python -m migration_tools``: a thin layer over migration_tools.migrate.
 
-Exit status: 0 everything migrated and verified; 1 something was not migrated or did not verify;
+Exit status: 0 everything migrated and verified; 1 something was not migrated or did not verify
+(or a connection failed: rerun);
 2 refused, nothing written (bad arguments, clients connected, legacy layout, missing schema);
 3 Redis changed during the run (rerun to pick up the rest).
 """
@@ -11,8 +12,10 @@ import argparse
 import asyncio
 import sys
 
+from redis.exceptions import RedisError
+
 from migration_tools.runner import ExitCode, MigrationOptions, migrate
-from pgjobs import dsn_from_env
+from pgjobs import PgJobsError, dsn_from_env
 
 
 def parser() -> argparse.ArgumentParser:
@@ -80,7 +83,15 @@ def main(argv: list[str] | None = None) -> int:
         batch_size=args.batch_size,
         progress=sys.stderr,
     )
-    report = asyncio.run(migrate(options))
+    try:
+        report = asyncio.run(migrate(options))
+    except (OSError, RedisError) as exc:  # connection refused, bad host, DNS, auth ...
+        print(f"bullmq-to-pgjobs: connection failed: {exc}. Each batch is its own transaction: "
+              "rerun to finish (the ledger skips what is done)", file=sys.stderr)  # fmt: skip
+        return int(ExitCode.INCOMPLETE)
+    except PgJobsError as exc:
+        print(f"bullmq-to-pgjobs: {exc}; nothing was written", file=sys.stderr)
+        return int(ExitCode.REFUSED)
     print(report.render())
     return int(report.exit_code)
 

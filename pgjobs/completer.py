@@ -8,10 +8,8 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-import asyncpg
-
 from pgjobs.config import notify_channel
-from pgjobs.executor import Database
+from pgjobs.executor import TRANSIENT_ERRORS, Database
 from pgjobs.outcomes import Outcome
 
 logger = logging.getLogger("pgjobs.completer")
@@ -71,13 +69,7 @@ class Completer:
             try:
                 written = await self._write([outcome for outcome, _ in batch])
                 break
-            except (
-                OSError,
-                asyncpg.PostgresConnectionError,
-                asyncpg.InterfaceError,
-                asyncpg.CannotConnectNowError,
-                asyncpg.AdminShutdownError,
-            ) as exc:
+            except TRANSIENT_ERRORS as exc:
                 # The outcomes are still in memory and still fenced: retrying is safe.
                 logger.warning(
                     "writing %d outcomes failed (%s); retrying in %.2fs", len(batch), exc, delay

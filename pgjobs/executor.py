@@ -21,6 +21,19 @@ else:  # asyncpg's classes are generic only in its stubs
     Connection = asyncpg.Connection | PoolConnectionProxy
 
 
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+    # asyncpg's protocol can be left mid-operation by a connection the server terminated
+    # ("cannot switch to state ..."): the connection is dropped, a retry gets another one.
+    asyncpg.exceptions._base.InternalClientError,
+)
+"""Errors after which the same statement may simply be retried on another connection."""
+
+
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """Nothing beyond asyncpg's own cleanup (an open transaction is rolled back, listeners
     dropped): the engine leaves no session state behind (advisory locks are transaction-scoped,

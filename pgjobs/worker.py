@@ -17,7 +17,7 @@ from pgjobs.completer import Completer
 from pgjobs.config import notify_channel
 from pgjobs.context import JobContext
 from pgjobs.errors import InvalidOption, SchemaMissing
-from pgjobs.executor import Database
+from pgjobs.executor import TRANSIENT_ERRORS, Database
 from pgjobs.kinds import Kind, Registry
 from pgjobs.migrate import latest_version
 from pgjobs.notifier import Notifier
@@ -33,13 +33,7 @@ DEFAULT_POLL_SECONDS = 1.0
 DEFAULT_SHUTDOWN_SECONDS = 30.0
 RESCUE_BATCH = 1000
 
-_CONNECTION_ERRORS = (
-    OSError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.AdminShutdownError,
-)
+_CONNECTION_ERRORS = TRANSIENT_ERRORS
 
 
 WorkerEvent = str
@@ -228,6 +222,11 @@ class Worker:
                 sleep = min(0.1 * 2**failures, 5.0)
                 logger.warning("claim failed (%s); retrying in %.1fs", exc, sleep)
                 rows = []
+            except Exception:  # never let the worker die silently: log it and back off
+                failures += 1
+                sleep = min(0.1 * 2**failures, 5.0)
+                logger.exception("claim failed unexpectedly; retrying in %.1fs", sleep)
+                rows = []
             for row in sorted(rows, key=lambda r: (-r["priority"], r["run_at"], r["id"])):
                 self._spawn(row)
             if len(rows) == free:
@@ -348,6 +347,9 @@ class Worker:
             except _CONNECTION_ERRORS as exc:
                 logger.warning("heartbeat failed (%s); will retry", exc)
                 continue
+            except Exception:
+                logger.exception("heartbeat failed unexpectedly; will retry")
+                continue
             owned = {row["id"] for row in rows}
             for ctx, task in held:
                 if ctx.id not in owned and ctx.id in self._running:
@@ -382,6 +384,8 @@ class Worker:
                     logger.warning("rescued %d stalled job(s) whose lease had expired", len(rows))
             except _CONNECTION_ERRORS as exc:
                 logger.warning("stalled-job rescue failed (%s); will retry", exc)
+            except Exception:
+                logger.exception("stalled-job rescue failed unexpectedly; will retry")
             await asyncio.sleep(self.rescue_interval)
 
 

@@ -418,3 +418,46 @@ async def test_flow_failure_records_verify_only_and_delete_after_verification(
     assert await client.llen(f"{prefix}:kids-b:wait") == 0
     await client.aclose()
     await main.close()
+
+
+def test_the_cli_names_an_unreachable_server(pg_dsn: str, jobs: JobQueue) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "migration_tools", "--redis", "redis://127.0.0.1:1/0",
+         "--postgres", pg_dsn, "--schema", jobs.schema, "--dry-run"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "connection failed" in result.stderr and "Traceback" not in result.stderr
+
+
+async def test_an_active_job_whose_worker_died_comes_back_as_waiting(
+    redis_url: str, pg_dsn: str, target: JobQueue, prefix: str
+) -> None:
+    conn = {"connection": redis_url, "prefix": prefix}
+    queue = bullmq.Queue("main", conn)
+    job = await queue.add("orphan", {"n": 1}, {"attempts": 3})
+    # BullMQ's manual processing takes the job (active, locked for lockDuration) and, like a
+    # worker that died, never renews the lock
+    worker = bullmq.Worker("main", None, {**conn, "autorun": False, "lockDuration": 300})
+    taken = await worker.getNextJob("dead-worker-token")
+    assert taken is not None and taken.id == job.id
+    await worker.close()
+    client = aioredis.from_url(redis_url)
+
+    async def lock_gone() -> bool:
+        return await client.pttl(f"{prefix}:main:{job.id}:lock") == -2
+
+    from tests.helpers import eventually
+
+    await eventually(lock_gone)
+    assert await client.lrange(f"{prefix}:main:active", 0, -1) == [job.id.encode()]
+    await client.aclose()
+    await queue.close()
+    report = await migrate(options(redis_url, pg_dsn, target, prefix, allow_connected=True))
+    assert report.exit_code is ExitCode.OK, report.render()
+    migrated = await bullmq_compat.Queue("main", {"connection": target, "prefix": prefix}).getJob(
+        job.id
+    )
+    assert migrated is not None and await migrated.getState() == "waiting"
+    row = await target.get(migrated.engine_id)
+    assert row is not None and row.metadata["bullmq"]["possibly_ran"] is True
