@@ -151,6 +151,8 @@ async def _run(redis: Any, jobs: JobQueue, options: MigrationOptions, report: Re
     snapshots = await _snapshots_with_flows(redis, refs, known, report)
     report.queues = [str(r) for r in snapshots]
     plan = Transformer(snapshots, options.include_history).build()
+    for snapshot in snapshots.values():
+        snapshot.jobs.clear()  # the plan holds what is written and verified from here on
     report.plan = plan
     if options.dry_run:
         return
