@@ -339,7 +339,7 @@ class Worker:
                 continue
             try:
                 rows = await self._db.fetch(
-                    "heartbeat",
+                    "heartbeat_relaxed",
                     [c.id for c, _ in held],
                     [c.lock_token for c, _ in held],
                     self.lease,

@@ -72,9 +72,15 @@ ORDER BY src.ord;
 -- honouring pause, concurrency caps and rate limits (see claim_jobs in migration 0002). Each
 -- queue is read through jobs_claim_idx with an equality on queue, so the cost does not grow
 -- with the backlog; SKIP LOCKED lets concurrent claimers take disjoint rows without waiting.
-SELECT id, queue, kind, name, payload, priority, run_at, attempts, max_attempts, deferrals,
-       max_deferrals, backoff, lock_token, tenant, metadata, flow_id, progress, job_key, created_at
-FROM {schema}.claim_jobs($1::text[], $2::text[], $3::int, $4::float8);
+-- The claim commits without waiting for the WAL flush (synchronous_commit off for this
+-- transaction only): a claim lost in a server crash only means the job is handed out again,
+-- which at-least-once delivery allows anyway (and a lease expiry does too). Enqueues and
+-- outcomes stay durable.
+SELECT c.id, c.queue, c.kind, c.name, c.payload, c.priority, c.run_at, c.attempts,
+       c.max_attempts, c.deferrals, c.max_deferrals, c.backoff, c.lock_token, c.tenant,
+       c.metadata, c.flow_id, c.progress, c.job_key, c.created_at
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
+     LATERAL {schema}.claim_jobs($1::text[], $2::text[], $3::int, $4::float8) AS c;
 
 -- name: idle_state
 -- For a worker that claimed less than it asked: seconds (by the database clock) until it is
@@ -117,10 +123,21 @@ FROM {schema}.finish_jobs($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::
                           $6::text[], $7::int[], $8::int[], $9::text);
 
 -- name: heartbeat
--- Extend the lease of many running jobs at once. Returns the ids still owned.
+-- Extend the lease of many running jobs at once. Returns the ids still owned. Also the fenced
+-- checkpoint of ctx.transaction, whose commit carries the handler's own writes: durable.
 UPDATE {schema}.jobs j
 SET heartbeat_at = now(), locked_until = now() + make_interval(secs => $3::float8)
 FROM unnest($1::bigint[], $2::uuid[]) AS h(id, token)
+WHERE j.id = h.id AND j.lock_token = h.token AND j.status = 'running'
+RETURNING j.id;
+
+-- name: heartbeat_relaxed
+-- The worker's periodic heartbeat: the same, committed without waiting for the WAL flush (a
+-- lost extension only shortens a lease). Only ever run as its own transaction.
+WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true))
+UPDATE {schema}.jobs j
+SET heartbeat_at = now(), locked_until = now() + make_interval(secs => $3::float8)
+FROM unnest($1::bigint[], $2::uuid[]) AS h(id, token), relaxed
 WHERE j.id = h.id AND j.lock_token = h.token AND j.status = 'running'
 RETURNING j.id;
 
