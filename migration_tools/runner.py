@@ -383,9 +383,26 @@ async def _delete(options: MigrationOptions, refs: list[snap.QueueRef], report: 
             await queue.pause()
             await queue.obliterate(force=True)
             report.deleted.append(str(ref))
+            left = await _leftovers(options.redis_url, ref)
+            if left:
+                report.notes.append(
+                    f"{ref}: BullMQ's obliterate left {left} key(s) (waiting-children parents, "
+                    "dedup keys of removed jobs); they are already migrated: remove them with "
+                    "your BullMQ tooling or leave them"
+                )
         finally:
             with contextlib.suppress(Exception):
                 await queue.close()
+
+
+async def _leftovers(redis_url: str, ref: snap.QueueRef) -> int:
+    import redis.asyncio as aioredis
+
+    client = aioredis.from_url(redis_url)
+    try:
+        return sum([1 async for _ in client.scan_iter(match=f"{ref.base}*", count=1000)])
+    finally:
+        await client.aclose()
 
 
 __all__ = ["ExitCode", "MigrationOptions", "Report", "Skip", "migrate"]
