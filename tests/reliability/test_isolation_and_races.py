@@ -1,0 +1,83 @@
+"""Reliability: tenant isolation through every tenant-scoped API, and maintenance actors
+racing each other (two schedulers and a GC at once)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from pgjobs import Flow, FlowFilter, JobContext, JobFilter, JobQueue, Registry, Status
+from pgjobs.maintenance import GcInput, collect_garbage
+
+pytestmark = pytest.mark.reliability
+
+
+@pytest.fixture
+def kind(registry: Registry) -> None:
+    @registry.kind("t", input=Any, queue="shared", max_attempts=1)
+    async def t(ctx: JobContext, data: Any) -> Any:
+        return data
+
+
+async def test_a_tenant_never_reads_counts_or_changes_another_tenants_jobs(
+    jobs: JobQueue, kind: None
+) -> None:
+    theirs = await jobs.enqueue("t", {"secret": 1}, tenant="b", dedup_key="k", job_key="j")
+    flow = Flow()
+    flow.add("x", "t", {"secret": 2})
+    their_flow = await jobs.submit_flow(flow, tenant="b")
+    await jobs.append_log(theirs.id, "their line", tenant="b")
+    a = {"tenant": "a"}
+    # reads
+    assert await jobs.get(theirs.id, **a) is None
+    assert await jobs.get_by_dedup_key("shared", "k", **a) is None
+    assert await jobs.dedup_holder("shared", "k", **a) is None
+    assert await jobs.list_jobs(JobFilter(tenant="a")) == []
+    assert sum((await jobs.substate_counts(JobFilter(tenant="a"))).values()) == 0
+    assert (await jobs.read_logs(theirs.id, **a)).lines == []
+    assert await jobs.flow_view(their_flow.flow_id, **a) is None
+    assert await jobs.list_flows(FlowFilter(tenant="a")) == []
+    # writes: every one is a no-op on another tenant's job
+    assert not await jobs.cancel(theirs.id, **a)
+    assert await jobs.cancel_flow(their_flow.flow_id, **a) == []
+    assert not await jobs.requeue(theirs.id, **a)
+    assert not await jobs.promote(theirs.id, **a)
+    assert not await jobs.update_payload(theirs.id, {"secret": 0}, **a)
+    assert not await jobs.change_priority(theirs.id, 99, **a)
+    assert not await jobs.append_log(theirs.id, "injected", **a)
+    assert (await jobs.purge(JobFilter(tenant="a"))).deleted == 0
+    assert not await jobs.release_dedup_key("shared", "k", **a)
+    # a same-named key of tenant a is its own
+    mine = await jobs.enqueue("t", {"mine": 1}, tenant="a", dedup_key="k", job_key="j")
+    assert mine.id != theirs.id and not mine.duplicate
+    row = await jobs.get(theirs.id, tenant="b")
+    assert row is not None and row.status == Status.PENDING and row.payload == {"secret": 1}
+    assert row.priority == 0 and [
+        ln.line for ln in (await jobs.read_logs(theirs.id, tenant="b")).lines
+    ] == ["their line"]
+
+
+async def test_two_schedulers_and_a_gc_together_emit_each_tick_once(
+    jobs: JobQueue, kind: None
+) -> None:
+    await jobs.upsert_schedule("tick", "t", {"n": 1}, every=0.05, limit=20, immediately=True)
+    old = await jobs.enqueue("t", {"old": True})
+    await jobs.worker(queues=["shared"]).run(until_drained=True)
+
+    async def emit_until_done() -> None:
+        while (await jobs.get_schedule("tick")).next_run_at is not None:  # type: ignore[union-attr]
+            await jobs.emit_due_schedules()
+            await asyncio.sleep(0.01)  # paces the loop; emission is decided by the database
+
+    async def gc_repeatedly() -> None:
+        for _ in range(20):
+            await collect_garbage(jobs.db, GcInput(completed_after=0))
+            await asyncio.sleep(0.01)
+
+    await asyncio.gather(emit_until_done(), emit_until_done(), gc_repeatedly())
+    emitted = await jobs.list_jobs(JobFilter(queue="shared", status="pending"), limit=100)
+    keys = [r.job_key for r in emitted]
+    assert len(keys) == 20 and len(set(keys)) == 20  # each tick once, despite two emitters
+    assert await jobs.get(old.id) is None  # the GC did its work meanwhile
