@@ -6,7 +6,7 @@ from typing import Any
 
 from pgjobs import Backoff, EdgePolicy, InvalidOption, JobRow, Keep, Status, SubState
 
-MAX_BULLMQ_PRIORITY = 2_097_152
+MAX_BULLMQ_PRIORITY = 2_097_151  # 2**21 - 1, as Node validates (the Python docstring says 2**21)
 NO_PRIORITY = 10  # engine priority of a job without one: ahead of every prioritized job
 KIND = "bullmq"
 

@@ -134,6 +134,15 @@ class Queue:
         """Add many jobs in one statement (all or nothing); ``connection`` as for ``add``."""
         engine = await self._engine()
         specs = [self._spec(j["name"], j.get("data"), j.get("opts")) for j in jobs]
+        if any(merged.get("parent") for _, merged in specs):
+            # children of existing parents: one by one, all in one transaction
+            if connection is None:
+                async with engine.transaction() as conn:
+                    return await self.addBulk(jobs, connection=conn)
+            return [
+                await self.add(j["name"], j.get("data"), j.get("opts"), connection=connection)
+                for j in jobs
+            ]
         results = await engine.enqueue_many([spec for spec, _ in specs], connection=connection)
         holders = [
             await self._duplicate(engine, merged, result)

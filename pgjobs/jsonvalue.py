@@ -49,6 +49,24 @@ def _locate(value: Any, path: str) -> NotJson | None:
     return NotJson(path, f"a {type(value).__name__} is not JSON")
 
 
+def non_finite(value: Any, path: str = "") -> NotJson | None:
+    """Where ``value`` (Python objects, before any JSON conversion) holds a NaN or an infinity,
+    which a JSON conversion would silently turn into null."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else NotJson(path, f"{value!r} is not a JSON number")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = non_finite(item, f"{path}.{key}" if path else str(key))
+            if found:
+                return found
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = non_finite(item, f"{path}[{index}]")
+            if found:
+                return found
+    return None
+
+
 def dumps(value: Any) -> str:
     """Encode ``value`` as compact JSON that jsonb will store unchanged, or raise NotJson."""
     try:

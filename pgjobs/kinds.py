@@ -96,6 +96,10 @@ class Kind(Generic[InputT]):
             plain = self.adapter.dump_python(value, mode="json")
         except pydantic_core.PydanticSerializationError as exc:
             raise InvalidJobInput(self.name, "", f"not JSON-serialisable: {exc}") from None
+        if None in _scalars(plain):  # JSON mode turns NaN and infinities into null: look again
+            bad = jsonvalue.non_finite(self.adapter.dump_python(value))
+            if bad is not None:
+                raise InvalidJobInput(self.name, bad.path, bad.message)
         try:
             return jsonvalue.dumps(plain)
         except jsonvalue.NotJson as exc:
@@ -154,3 +158,12 @@ class Registry:
 
     def names(self) -> list[str]:
         return list(self._kinds)
+
+
+def _scalars(value: Any) -> list[Any]:
+    """Every scalar of a JSON-mode value (to spot a null that may have been a NaN)."""
+    if isinstance(value, dict):
+        return [s for item in value.values() for s in _scalars(item)]
+    if isinstance(value, list):
+        return [s for item in value for s in _scalars(item)]
+    return [value]

@@ -397,3 +397,17 @@ async def test_time_bound_dedup_options_are_checked(jobs: JobQueue, seen: list[i
     with pytest.raises(InvalidOption, match="dedup_replace"):
         await jobs.enqueue("item", {"n": 1}, dedup_key="k", dedup_replace=True)
     assert await count(jobs) == 0
+
+
+async def test_nan_and_infinity_are_refused_not_turned_into_null(
+    jobs: JobQueue, seen: list[int]
+) -> None:
+    # pydantic accepts NaN for a float field and its JSON mode would store it as null: the
+    # engine refuses it, naming the field, and writes nothing.
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(InvalidJobInput) as info:
+            await jobs.enqueue("measure", {"value": bad})
+        assert info.value.field == "value"
+    ok = await jobs.enqueue("measure", {"value": 1.5})
+    assert (await jobs.get(ok.id)).payload == {"value": 1.5}  # type: ignore[union-attr]
+    assert await count(jobs) == 1
