@@ -430,9 +430,35 @@ class Facade(BullMQRedis):
         await self.pool.close()
 
 
+class BullMQPostgres(BullMQRedis):
+    """BullMQ's Python package on its own PostgreSQL backend (`backend: "postgres"`, psycopg):
+    the same BullMQ code as the Redis peer, in a schema of its own that it migrates itself."""
+
+    name = "bullmq on PostgreSQL"
+
+    async def setup(self, dsn: str) -> None:
+        import bullmq
+
+        self.bullmq = bullmq
+        self.dsn = dsn
+        self.schema = f"bullmqpg_{uuid.uuid4().hex[:8]}"
+        self.round = 0
+
+    def _opts(self, **extra: Any) -> dict[str, Any]:
+        return {"backend": "postgres", "connection": self.dsn, "schema": self.schema, **extra}
+
+    async def teardown(self) -> None:
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            await conn.execute(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
+        finally:
+            await conn.close()
+
+
 SYSTEMS: dict[str, type[Any]] = {
     "engine": Engine,
     "facade": Facade,
     "bullmq": BullMQRedis,
+    "bullmq-pg": BullMQPostgres,
     "floor": RawFloor,
 }
