@@ -455,10 +455,162 @@ class BullMQPostgres(BullMQRedis):
             await conn.close()
 
 
+class PgQueuer:
+    """PgQueuer 1.6 (asyncpg driver) in a schema of its own: enqueue one by one and in lists,
+    one QueueManager draining with entrypoint(concurrency_limit=c), batch_size=min(c, 10), its
+    log aggregation off, as in the peer baselines. It has no flows."""
+
+    name = "pgqueuer"
+
+    async def setup(self, dsn: str) -> None:
+        from pgqueuer.db import AsyncpgDriver
+        from pgqueuer.queries import Queries
+
+        self.dsn = dsn
+        self.schema = f"pgq_{uuid.uuid4().hex[:8]}"
+        admin = await asyncpg.connect(dsn)
+        await admin.execute(f"CREATE SCHEMA {self.schema}")
+        await admin.close()
+        self.conn = await self._connect()
+        self.driver = AsyncpgDriver(self.conn)
+        self.queries = Queries(self.driver)
+        await self.queries.install()
+
+    async def _connect(self) -> Any:
+        return await asyncpg.connect(self.dsn, server_settings={"search_path": self.schema})
+
+    async def teardown(self) -> None:
+        await self.conn.execute(f"DROP SCHEMA {self.schema} CASCADE")
+        await self.conn.close()
+
+    async def _reset(self) -> None:
+        await self.conn.execute("TRUNCATE pgqueuer, pgqueuer_log")
+
+    async def enqueue_single(self, n: int) -> float:
+        await self._reset()
+        start = time.perf_counter()
+        for i in range(n):
+            await self.queries.enqueue("noop", f'{{"i": {i}}}'.encode())
+        return n / (time.perf_counter() - start)
+
+    async def enqueue_concurrent(self, n: int, tasks: int) -> float:
+        from pgqueuer.db import AsyncpgDriver
+        from pgqueuer.queries import Queries
+
+        await self._reset()
+        conns = [await self._connect() for _ in range(tasks)]
+
+        async def producer(conn: Any, count: int) -> None:
+            queries = Queries(AsyncpgDriver(conn))
+            for i in range(count):
+                await queries.enqueue("noop", f'{{"i": {i}}}'.encode())
+
+        start = time.perf_counter()
+        await asyncio.gather(*(producer(c, n // tasks) for c in conns))
+        rate = n / (time.perf_counter() - start)
+        for conn in conns:
+            await conn.close()
+        return rate
+
+    async def _bulk(self, start_i: int, batch: int) -> None:
+        await self.queries.enqueue(
+            ["noop"] * batch,
+            [f'{{"i": {i}}}'.encode() for i in range(start_i, start_i + batch)],
+            [0] * batch,
+        )
+
+    async def enqueue_bulk(self, n: int, batch: int) -> float:
+        await self._reset()
+        start = time.perf_counter()
+        for offset in range(0, n, batch):
+            await self._bulk(offset, batch)
+        return n / (time.perf_counter() - start)
+
+    async def _manager(self, concurrency: int, on_job: Any) -> tuple[Any, Any]:
+        from pgqueuer.db import AsyncpgDriver
+        from pgqueuer.qm import QueueManager
+        from pgqueuer.queries import Queries
+
+        conn = await self._connect()
+        manager = QueueManager(Queries(AsyncpgDriver(conn)))
+
+        @manager.entrypoint("noop", concurrency_limit=concurrency)
+        async def noop(job: Any) -> None:
+            on_job(job)
+
+        return manager, conn
+
+    async def process(self, n: int, concurrency: int) -> float:
+        from datetime import timedelta
+
+        from pgqueuer.types import QueueExecutionMode
+
+        await self._reset()
+        for offset in range(0, n, 1000):
+            await self._bulk(offset, 1000)
+        await self.conn.execute("VACUUM ANALYZE pgqueuer")
+        done = 0
+
+        def count(job: Any) -> None:
+            nonlocal done
+            done += 1
+
+        manager, conn = await self._manager(concurrency, count)
+        batch = min(concurrency, 10)
+        start = time.perf_counter()
+        await manager.run(
+            batch_size=batch,
+            max_concurrent_tasks=max(concurrency, 2 * batch),
+            mode=QueueExecutionMode.drain,
+            dequeue_timeout=timedelta(seconds=0.5),
+            log_aggregation_interval=timedelta(0),
+        )
+        elapsed = time.perf_counter() - start
+        await conn.close()
+        assert done == n, (done, n)
+        return n / elapsed
+
+    async def latency(self, samples: int) -> tuple[float, float]:
+        from datetime import timedelta
+
+        await self._reset()
+        started = asyncio.Event()
+        stamp: list[float] = []
+
+        def mark(job: Any) -> None:
+            stamp.append(time.perf_counter())
+            started.set()
+
+        manager, conn = await self._manager(1, mark)
+        runner = asyncio.create_task(
+            manager.run(batch_size=1, max_concurrent_tasks=2, log_aggregation_interval=timedelta(0))
+        )
+        await asyncio.sleep(0.2)
+        delays = []
+        for k in range(samples):
+            started.clear()
+            sent = time.perf_counter()
+            await self.queries.enqueue("noop", f'{{"i": {k}}}'.encode())
+            await asyncio.wait_for(started.wait(), 10)
+            delays.append(stamp[-1] - sent)
+            await asyncio.sleep(0.005)
+        manager.shutdown.set()
+        await runner
+        await conn.close()
+        return _median_p95(delays)
+
+    async def flow_add(self, flows: int, children: int) -> float:
+        return float("nan")  # no flows
+
+    async def flow_process(self, flows: int, children: int) -> float:
+        return float("nan")
+
+
 SYSTEMS: dict[str, type[Any]] = {
     "engine": Engine,
     "facade": Facade,
     "bullmq": BullMQRedis,
     "bullmq-pg": BullMQPostgres,
+    "pgqueuer": PgQueuer,
     "floor": RawFloor,
 }

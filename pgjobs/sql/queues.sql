@@ -13,8 +13,14 @@ ON CONFLICT (queue) DO UPDATE SET
                              ELSE qs.group_concurrency END,
     rate_limit = CASE WHEN 'rate' = ANY($2::text[]) THEN $6 ELSE qs.rate_limit END,
     rate_period = CASE WHEN 'rate' = ANY($2::text[]) THEN $7 ELSE qs.rate_period END,
-    window_start = CASE WHEN 'rate' = ANY($2::text[]) THEN NULL ELSE qs.window_start END,
-    window_count = CASE WHEN 'rate' = ANY($2::text[]) THEN 0 ELSE qs.window_count END,
+    -- A new limit starts a new window; setting the same limit again (every worker that starts
+    -- with a limiter does) must not, or each start would admit a fresh window's worth.
+    window_start = CASE WHEN 'rate' = ANY($2::text[])
+                             AND (qs.rate_limit, qs.rate_period) IS DISTINCT FROM ($6, $7)
+                        THEN NULL ELSE qs.window_start END,
+    window_count = CASE WHEN 'rate' = ANY($2::text[])
+                             AND (qs.rate_limit, qs.rate_period) IS DISTINCT FROM ($6, $7)
+                        THEN 0 ELSE qs.window_count END,
     limited_until = CASE WHEN 'limited_until' = ANY($2::text[]) THEN $8 ELSE qs.limited_until END,
     updated_at = now()
 RETURNING queue, pg_notify($9, queue);

@@ -164,3 +164,24 @@ async def test_settings_validation(jobs: JobQueue) -> None:
     await jobs.set_rate_limit("q", None)
     settings = await jobs.queue_settings("q")
     assert (settings.rate_limit, settings.concurrency, settings.paused) == (None, 3, False)
+
+
+async def test_setting_the_same_rate_limit_again_keeps_the_current_window(
+    jobs: JobQueue,
+) -> None:
+    await jobs.set_rate_limit("rl", 2, 60)
+    await jobs.db.pool.execute(
+        f"UPDATE {jobs.schema}.queue_settings SET window_start = now(), window_count = 2"
+        " WHERE queue = 'rl'"
+    )
+    await jobs.set_rate_limit("rl", 2, 60)  # what every worker with a limiter does at start
+    settings = await jobs.queue_settings("rl")
+    row = await jobs.db.pool.fetchrow(
+        f"SELECT window_start, window_count FROM {jobs.schema}.queue_settings WHERE queue = 'rl'"
+    )
+    assert settings.rate_limit == 2 and row["window_count"] == 2 and row["window_start"]
+    await jobs.set_rate_limit("rl", 3, 60)  # a new limit starts a new window
+    row = await jobs.db.pool.fetchrow(
+        f"SELECT window_start, window_count FROM {jobs.schema}.queue_settings WHERE queue = 'rl'"
+    )
+    assert row["window_count"] == 0 and row["window_start"] is None
