@@ -1,4 +1,4 @@
-"""Run the benchmark: `./run bench [--quick] [--systems engine,bullmq,floor]`.
+"""Run the benchmark: `./run bench [--quick] [--systems engine,facade,bullmq,bullmq-pg,pgqueuer,floor]`.
 
 Systems are interleaved (A B A B ...) for 3 repetitions so that a noisy neighbour hits all
 of them alike; each figure is the median with min-max. Results go to stdout and to

@@ -323,13 +323,17 @@ class BullMQRedis:
                 ]
             )
         await queue.close()
+        return await self._drain(n, concurrency)
+
+    async def _drain(self, total: int, concurrency: int) -> float:
+        """Jobs per second of one BullMQ Worker taking ``total`` no-op jobs."""
         done = asyncio.Event()
         count = 0
 
         async def processor(job: Any, token: Any) -> None:
             nonlocal count
             count += 1
-            if count == n:
+            if count == total:
                 done.set()
 
         start = time.perf_counter()
@@ -337,7 +341,7 @@ class BullMQRedis:
         await asyncio.wait_for(done.wait(), 600)
         elapsed = time.perf_counter() - start
         await worker.close()
-        return n / elapsed
+        return total / elapsed
 
     async def latency(self, samples: int) -> tuple[float, float]:
         queue = await self._queue()
@@ -388,22 +392,7 @@ class BullMQRedis:
     async def flow_process(self, flows: int, children: int) -> float:
         await (await self._queue()).close()
         await self._add_flows(flows, children)
-        total = flows * (children + 1)
-        done = asyncio.Event()
-        count = 0
-
-        async def processor(job: Any, token: Any) -> None:
-            nonlocal count
-            count += 1
-            if count == total:
-                done.set()
-
-        start = time.perf_counter()
-        worker = self.bullmq.Worker(self.queue_name, processor, self._opts(concurrency=10))
-        await asyncio.wait_for(done.wait(), 600)
-        elapsed = time.perf_counter() - start
-        await worker.close()
-        return total / elapsed
+        return await self._drain(flows * (children + 1), 10)
 
 
 class Facade(BullMQRedis):
