@@ -25,6 +25,11 @@ from pgjobs.devserver import find_or_start_postgres
 RESULTS = Path(__file__).with_name("results")
 
 
+STORAGE_AFTER = "process 10k no-op, concurrency 10"
+DEAD = "dead tuples right after processing 10k (c=10)"
+SIZE = "tables' size right after processing 10k (c=10)"
+
+
 def workloads(quick: bool) -> list[tuple[str, str, tuple[Any, ...], str]]:
     scale = 5 if quick else 1
     return [
@@ -43,7 +48,7 @@ def workloads(quick: bool) -> list[tuple[str, str, tuple[Any, ...], str]]:
 def _ratio(numerator: list[float], denominator: list[float]) -> str:
     top = [v for v in numerator if not math.isnan(v)]
     bottom = [v for v in denominator if not math.isnan(v)]
-    if not top or not bottom:
+    if not top or not bottom or statistics.median(bottom) == 0:
         return "—"
     return f"{statistics.median(top) / statistics.median(bottom):.2f}×"
 
@@ -73,6 +78,12 @@ async def main(argv: list[str] | None = None) -> None:
                 for system in systems:
                     value = await getattr(system, method)(*params)
                     results.setdefault(label, {}).setdefault(system.name, []).append(value)
+                    if label == STORAGE_AFTER:
+                        dead, mib = await system.storage()
+                        results.setdefault(DEAD, {}).setdefault(system.name, []).append(dead)
+                        results.setdefault(SIZE, {}).setdefault(system.name, []).append(mib)
+                        print(f"rep {rep + 1}  {'  storage':<42} {system.name:<20} "
+                              f"{dead:,.0f} dead tuples, {mib:,.1f} MiB", flush=True)  # fmt: skip
                     shown = (
                         f"{value[0]:.2f}/{value[1]:.2f} ms"
                         if unit == "ms"
@@ -99,9 +110,14 @@ async def main(argv: list[str] | None = None) -> None:
         + " |",
         "|---" * (len(names) + len(others) + 1) + "|",
     ]
-    for label, _, _, unit in workloads(args.quick):
+    rows = [(label, unit) for label, _, _, unit in workloads(args.quick)]
+    rows += [(DEAD, "dead tuples"), (SIZE, "MiB")]
+    for label, unit in rows:
         row = results[label]
-        if unit == "ms":
+        if unit in ("dead tuples", "MiB"):  # lower is better: base / system, as for latency
+            cells = [fmt(row[n]) + f" {unit}" for n in names]
+            ratios = [_ratio(row[base], row[n]) for n in others]
+        elif unit == "ms":
             cells = [
                 fmt([v[0] for v in row[n]]) + " ms, p95 " + fmt([v[1] for v in row[n]])
                 for n in names
@@ -115,8 +131,10 @@ async def main(argv: list[str] | None = None) -> None:
         lines.append(f"| {label} | " + " | ".join(cells + ratios) + " |")
     lines.append("")
     lines.append(
-        f"Ratio columns: each system against {base}; higher is better (for latency the ratio"
-        " is the base's median over the system's)."
+        f"Ratio columns: each system against {base}; higher is better (for latency and storage"
+        " the ratio is the base's median over the system's). Storage is read right after the"
+        " concurrency-10 run, before any vacuum: dead tuples from pg_stat_user_tables, size with"
+        " indexes; for Redis, MEMORY USAGE of the queue's keys."
     )
     report = "\n".join(lines)
     print("\n" + report)

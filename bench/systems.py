@@ -29,6 +29,31 @@ class System(Protocol):
     async def latency(self, samples: int) -> tuple[float, float]: ...
     async def flow_add(self, flows: int, children: int) -> float: ...
     async def flow_process(self, flows: int, children: int) -> float: ...
+    async def storage(self) -> tuple[float, float]:
+        """(dead tuples, MiB) of the system's tables right after ``process``."""
+        ...
+
+
+STATS_SETTLE_SECONDS = 1.1
+"""PostgreSQL backends publish their table statistics (n_dead_tup) at most once a second."""
+
+
+async def pg_storage(dsn: str, schema: str, table: str | None = None) -> tuple[float, float]:
+    """Dead tuples and total size (indexes and TOAST included) of the tables of ``schema``
+    (or of one table), as autovacuum would find them now."""
+    await asyncio.sleep(STATS_SETTLE_SECONDS)
+    conn = await asyncpg.connect(dsn)
+    try:
+        row = await conn.fetchrow(
+            "SELECT coalesce(sum(n_dead_tup), 0) AS dead,"
+            " coalesce(sum(pg_total_relation_size(relid)), 0) AS bytes"
+            " FROM pg_stat_user_tables WHERE schemaname = $1 AND ($2::text IS NULL OR relname = $2)",
+            schema,
+            table,
+        )
+    finally:
+        await conn.close()
+    return float(row["dead"]), row["bytes"] / 2**20
 
 
 class Noop(pydantic.BaseModel):
@@ -51,12 +76,16 @@ class Engine:
                 self.started[-data.i] = time.perf_counter()
                 self.start_event.set()
 
+        self.dsn = dsn
         self.pool = await create_pool(dsn, min_size=4, max_size=20)
         self.schema = f"bench_{uuid.uuid4().hex[:8]}"
         self.jobs = await JobQueue.connect(
             pool=self.pool, schema=self.schema, registry=self.registry
         )
         await self.jobs.migrate()
+
+    async def storage(self) -> tuple[float, float]:
+        return await pg_storage(self.dsn, self.schema)
 
     async def teardown(self) -> None:
         await self.pool.execute(f"DROP SCHEMA {self.schema} CASCADE")
@@ -168,6 +197,7 @@ class RawFloor:
     name = "raw asyncpg floor"
 
     async def setup(self, dsn: str) -> None:
+        self.dsn = dsn
         self.pool = await asyncpg.create_pool(dsn, min_size=4, max_size=20)
         self.table = f"floor_{uuid.uuid4().hex[:8]}"
         await self.pool.execute(FLOOR_DDL.format(t=self.table))
@@ -178,6 +208,9 @@ class RawFloor:
     async def teardown(self) -> None:
         await self.pool.execute(f"DROP TABLE {self.table}")
         await self.pool.close()
+
+    async def storage(self) -> tuple[float, float]:
+        return await pg_storage(self.dsn, "public", self.table)
 
     async def _reset(self) -> None:
         await self.pool.execute(f"TRUNCATE {self.table}")
@@ -269,6 +302,13 @@ class BullMQRedis:
 
     def _opts(self, **extra: Any) -> dict[str, Any]:
         return {"connection": REDIS_URL, "prefix": self.prefix, **extra}
+
+    async def storage(self) -> tuple[float, float]:
+        """Redis has no dead tuples; the memory its keys of the last queue hold."""
+        used = 0
+        async for key in self.redis.scan_iter(match=f"{self.prefix}:{self.queue_name}:*"):
+            used += await self.redis.memory_usage(key) or 0
+        return 0.0, used / 2**20
 
     async def _queue(self) -> Any:
         self.round += 1
@@ -404,6 +444,7 @@ class Facade(BullMQRedis):
         import bullmq_compat
 
         self.bullmq = bullmq_compat  # type: ignore[assignment]
+        self.dsn = dsn
         self.pool = await create_pool(dsn, min_size=4, max_size=20)
         self.schema = f"bench_{uuid.uuid4().hex[:8]}"
         self.jobs = await JobQueue.connect(pool=self.pool, schema=self.schema)
@@ -413,6 +454,9 @@ class Facade(BullMQRedis):
 
     def _opts(self, **extra: Any) -> dict[str, Any]:
         return {"connection": self.jobs, **extra}
+
+    async def storage(self) -> tuple[float, float]:
+        return await pg_storage(self.dsn, self.schema)
 
     async def teardown(self) -> None:
         await self.pool.execute(f"DROP SCHEMA {self.schema} CASCADE")
@@ -435,6 +479,9 @@ class BullMQPostgres(BullMQRedis):
 
     def _opts(self, **extra: Any) -> dict[str, Any]:
         return {"backend": "postgres", "connection": self.dsn, "schema": self.schema, **extra}
+
+    async def storage(self) -> tuple[float, float]:
+        return await pg_storage(self.dsn, self.schema)
 
     async def teardown(self) -> None:
         conn = await asyncpg.connect(self.dsn)
@@ -467,6 +514,9 @@ class PgQueuer:
 
     async def _connect(self) -> Any:
         return await asyncpg.connect(self.dsn, server_settings={"search_path": self.schema})
+
+    async def storage(self) -> tuple[float, float]:
+        return await pg_storage(self.dsn, self.schema)
 
     async def teardown(self) -> None:
         await self.conn.execute(f"DROP SCHEMA {self.schema} CASCADE")

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import sys
 
+import asyncpg
 from redis.exceptions import RedisError
 
 from migration_tools.runner import ExitCode, MigrationOptions, migrate
@@ -56,19 +57,19 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    if args.dry_run and (args.verify_only or args.delete_from_redis):
-        print(
-            "--dry-run writes nothing: it cannot be combined with --verify-only or "
-            "--delete-from-redis",
-            file=sys.stderr,
-        )
-        return int(ExitCode.REFUSED)
-    if args.batch_size < 1:
-        print("--batch-size must be at least 1", file=sys.stderr)
-        return int(ExitCode.REFUSED)
-    options = MigrationOptions(
+_FLAGS = {
+    "redis_url": "redis",
+    "postgres_dsn": "postgres",
+    "prefixes": "prefix",
+    "queues": "queue",
+    "wait_active": "wait-active",
+    "batch_size": "batch-size",
+}
+"""MigrationOptions field -> the CLI flag that sets it, for error messages."""
+
+
+def _options(args: argparse.Namespace) -> MigrationOptions:
+    return MigrationOptions(
         redis_url=args.redis,
         postgres_dsn=args.postgres or dsn_from_env(),
         schema=args.schema,
@@ -83,6 +84,24 @@ def main(argv: list[str] | None = None) -> int:
         batch_size=args.batch_size,
         progress=sys.stderr,
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.dry_run and (args.verify_only or args.delete_from_redis):
+        print(
+            "--dry-run writes nothing: it cannot be combined with --verify-only or "
+            "--delete-from-redis",
+            file=sys.stderr,
+        )
+        return int(ExitCode.REFUSED)
+    try:
+        options = _options(args)
+    except PgJobsError as exc:  # InvalidOption, InvalidSchemaName: named, nothing connected
+        flag = getattr(exc, "option", None)
+        where = f"--{_FLAGS.get(flag, flag)}: " if flag else ""
+        print(f"bullmq-to-pgjobs: {where}{exc}; nothing was written", file=sys.stderr)
+        return int(ExitCode.REFUSED)
     try:
         report = asyncio.run(migrate(options))
     except (OSError, RedisError) as exc:  # connection refused, bad host, DNS, auth ...
@@ -92,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     except PgJobsError as exc:
         print(f"bullmq-to-pgjobs: {exc}; nothing was written", file=sys.stderr)
         return int(ExitCode.REFUSED)
+    except asyncpg.PostgresError as exc:  # unknown database or role, permissions, server gone
+        print(f"bullmq-to-pgjobs: PostgreSQL error ({type(exc).__name__}): {exc}. Each batch is "
+              "its own transaction: fix the cause and rerun", file=sys.stderr)  # fmt: skip
+        return int(ExitCode.INCOMPLETE)
     print(report.render())
     return int(report.exit_code)
 

@@ -8,6 +8,7 @@ if asked, delete from Redis."""
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -21,7 +22,8 @@ from migration_tools.ledger import Ledger
 from migration_tools.progress import Progress
 from migration_tools.transform import Plan, Skip, Transformer, Unit, checksum
 from pgjobs import JobQueue
-from pgjobs.errors import SchemaMissing
+from pgjobs.config import validate_schema
+from pgjobs.errors import InvalidOption, SchemaMissing
 
 
 class ExitCode(IntEnum):
@@ -29,6 +31,9 @@ class ExitCode(IntEnum):
     INCOMPLETE = 1  # something was not migrated, or verification found a difference
     REFUSED = 2  # nothing written: bad arguments, live clients, a legacy layout, no schema
     CHANGED = 3  # Redis changed while the migration ran: rerun to pick the rest up
+
+
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 @dataclass
@@ -48,6 +53,39 @@ class MigrationOptions:
     progress: TextIO | None = None
     after_batch: Callable[[int], Awaitable[None] | None] | None = None
     """Called after each committed batch with the number written so far (tests, monitoring)."""
+
+    def __post_init__(self) -> None:
+        """Refuse bad options before anything connects, naming the option (InvalidOption)."""
+        if not isinstance(self.redis_url, str) or not self.redis_url.startswith(REDIS_SCHEMES):
+            raise InvalidOption(
+                "redis_url", f"must be a URL starting with one of {REDIS_SCHEMES}, "
+                f"got {self.redis_url!r}"
+            )  # fmt: skip
+        if self.postgres_dsn is not None and (
+            not isinstance(self.postgres_dsn, str)
+            or not self.postgres_dsn.startswith(("postgresql://", "postgres://"))
+        ):
+            raise InvalidOption(
+                "postgres_dsn",
+                f"must be a postgresql:// URL, got {self.postgres_dsn!r}",
+            )
+        validate_schema(self.schema)
+        for option in ("prefixes", "queues"):
+            names = getattr(self, option)
+            if names is not None and not all(isinstance(n, str) and n for n in names):
+                raise InvalidOption(option, f"must be non-empty strings, got {names!r}")
+        if any(":" in name for name in self.queues or []):
+            raise InvalidOption("queues", "a BullMQ queue name cannot contain ':'")
+        if (
+            isinstance(self.batch_size, bool)
+            or not isinstance(self.batch_size, int)
+            or (self.batch_size < 1)
+        ):
+            raise InvalidOption("batch_size", f"must be an integer >= 1, got {self.batch_size!r}")
+        if not (isinstance(self.wait_active, int | float) and 0 <= self.wait_active < math.inf):
+            raise InvalidOption(
+                "wait_active", f"must be a finite number of seconds >= 0, got {self.wait_active!r}"
+            )
 
 
 @dataclass

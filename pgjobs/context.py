@@ -9,6 +9,7 @@ from typing import Any
 import asyncpg
 
 from pgjobs import jsonvalue
+from pgjobs.config import notify_channel
 from pgjobs.errors import InvalidOption, JobLost
 from pgjobs.executor import Connection, Database
 
@@ -41,6 +42,7 @@ class JobContext:
         "_db",
         "_lease_seconds",
         "attempts",
+        "completed",
         "created_at",
         "deferrals",
         "flow_id",
@@ -53,6 +55,7 @@ class JobContext:
         "max_deferrals",
         "metadata",
         "name",
+        "output",
         "priority",
         "queue",
         "tenant",
@@ -80,6 +83,10 @@ class JobContext:
         self.created_at: Any = row["created_at"]
         self.lost = False
         """True once a fenced write found the job taken over; the handler should stop."""
+        self.completed = False
+        """True once ``completing()`` committed: the job is completed, the worker writes nothing."""
+        self.output: Any = None
+        """The output ``completing()`` stored."""
 
     def _encode_progress(self, value: Any) -> str:
         try:
@@ -178,3 +185,51 @@ class JobContext:
                 self.lost = True
                 raise JobLost(self.id)
             await tx.commit()
+
+    @asynccontextmanager
+    async def completing(self, output: Any = None) -> AsyncIterator[Connection]:
+        """A transaction that completes the job when it commits: exactly-once effects.
+
+        The handler's writes on the yielded connection and the job's completion (with
+        ``output``) commit together or not at all. If the job was taken over meanwhile
+        (lease expired, cancelled, purged), everything is rolled back and JobLost is raised;
+        if the worker dies before the commit, nothing was written and the job runs again. The
+        handler's return value is then ignored: the job is already completed.
+
+        >>> async with ctx.completing(output={"charged": 12}) as conn:
+        ...     await conn.execute("INSERT INTO charges ...")
+        """
+        if self.completed:
+            raise InvalidOption("completing", f"job {self.id} is already completed")
+        try:
+            encoded = jsonvalue.dumps(output)
+        except jsonvalue.NotJson as exc:
+            raise InvalidOption("output", str(exc)) from None
+        async with self._db.pool.acquire() as conn:
+            tx = conn.transaction()
+            await tx.start()
+            try:
+                yield conn
+                written = await self._db.fetch(
+                    "finish",
+                    [self.id],
+                    [self.lock_token],
+                    ["completed"],
+                    [encoded],
+                    [0.0],
+                    [None],
+                    [0],
+                    [0],
+                    notify_channel(self._db.schema),
+                    conn=conn,
+                )
+            except BaseException:
+                await tx.rollback()
+                raise
+            if not written:
+                await tx.rollback()
+                self.lost = True
+                raise JobLost(self.id)
+            await tx.commit()
+            self.completed = True
+            self.output = output

@@ -30,8 +30,12 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     # asyncpg's protocol can be left mid-operation by a connection the server terminated
     # ("cannot switch to state ..."): the connection is dropped, a retry gets another one.
     asyncpg.exceptions._base.InternalClientError,
+    # The server rolled the statement back to break a lock cycle or a serialization conflict:
+    # nothing was written, and every engine write is fenced, so running it again is safe.
+    asyncpg.DeadlockDetectedError,
+    asyncpg.SerializationError,
 )
-"""Errors after which the same statement may simply be retried on another connection."""
+"""Errors after which the same statement may simply be retried (on another connection)."""
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import traceback
 from datetime import UTC, datetime
 from typing import Any
@@ -14,6 +15,8 @@ from pgjobs.context import JobContext
 from pgjobs.errors import InvalidJobInput, JobLost
 from pgjobs.kinds import Kind
 from pgjobs.outcomes import Delayed, Fatal, Outcome, Retry, WaitForPrerequisites
+
+logger = logging.getLogger("pgjobs.runner")
 
 
 def _error(exc: BaseException, ctx: JobContext, **extra: Any) -> str:
@@ -67,11 +70,13 @@ async def run(
     kind: Kind[Any], payload: str, backoff: Backoff | str, ctx: JobContext
 ) -> Outcome | None:
     """Validate the stored payload, call the handler, map the result. None: write nothing
-    (the job is no longer ours)."""
+    (the job is no longer ours, or ``ctx.completing()`` already completed it)."""
     try:
         typed = kind.validate_json(payload)
         assert kind.handler is not None
         result = await kind.handler(ctx, typed)
+        if ctx.completed:
+            return None
         try:
             output = jsonvalue.dumps(pydantic_core.to_jsonable_python(result))
         except (jsonvalue.NotJson, pydantic_core.PydanticSerializationError) as exc:
@@ -82,6 +87,13 @@ async def run(
         return None
     except Exception as exc:
         if ctx.lost:
+            return None
+        if ctx.completed:
+            logger.warning(
+                "job %s: handler raised after completing(); the job stays completed: %r",
+                ctx.id,
+                exc,
+            )
             return None
         return decide(ctx, backoff, exc)
     return Outcome(ctx.id, ctx.lock_token, "completed", output_json=output)

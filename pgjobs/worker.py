@@ -33,8 +33,6 @@ DEFAULT_POLL_SECONDS = 1.0
 DEFAULT_SHUTDOWN_SECONDS = 30.0
 RESCUE_BATCH = 1000
 
-_CONNECTION_ERRORS = TRANSIENT_ERRORS
-
 
 WorkerEvent = str
 """``active`` (handler starting), then once its outcome is written: ``completed``, ``retrying``
@@ -217,7 +215,7 @@ class Worker:
                         # immediate retry; a queue at its cap is not: we wait to be woken.
                         sleep = min(sleep, max(until_due, 0.0))
                 failures = 0
-            except _CONNECTION_ERRORS as exc:
+            except TRANSIENT_ERRORS as exc:
                 failures += 1
                 sleep = min(0.1 * 2**failures, 5.0)
                 logger.warning("claim failed (%s); retrying in %.1fs", exc, sleep)
@@ -279,7 +277,10 @@ class Worker:
             self._running.pop(ctx.id, None)
             self._wake.set()
         if outcome is None:
-            if ctx.lost:
+            if ctx.completed:  # by ctx.completing(), in the handler's own transaction
+                self.stats.completed += 1
+                self._emit("completed", ctx, {"output": ctx.output, "error": None, "delay": 0.0})
+            elif ctx.lost:
                 self.stats.lost += 1
                 self._emit("lost", ctx, {})
             return
@@ -334,7 +335,7 @@ class Worker:
     async def _heartbeat_loop(self) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_interval)
-            held = list(self._running.values())
+            held = [(c, t) for c, t in self._running.values() if not c.completed]
             if not held:
                 continue
             try:
@@ -344,7 +345,7 @@ class Worker:
                     [c.lock_token for c, _ in held],
                     self.lease,
                 )
-            except _CONNECTION_ERRORS as exc:
+            except TRANSIENT_ERRORS as exc:
                 logger.warning("heartbeat failed (%s); will retry", exc)
                 continue
             except Exception:
@@ -382,7 +383,7 @@ class Worker:
                 if rows:
                     self.stats.rescued += len(rows)
                     logger.warning("rescued %d stalled job(s) whose lease had expired", len(rows))
-            except _CONNECTION_ERRORS as exc:
+            except TRANSIENT_ERRORS as exc:
                 logger.warning("stalled-job rescue failed (%s); will retry", exc)
             except Exception:
                 logger.exception("stalled-job rescue failed unexpectedly; will retry")

@@ -6,17 +6,38 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import asyncpg
 import pytest
 
 from pgjobs import JobQueue, Registry
 from pgjobs.devserver import find_or_start_postgres
+from tests.redis_server import find_or_start_redis
 
 
 @pytest.fixture(scope="session")
 def pg_dsn() -> str:
     return find_or_start_postgres()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """A Redis for the BullMQ-side tests (migration): see tests/redis_server.py."""
+    return find_or_start_redis()
+
+
+@pytest.fixture
+async def prefix(redis_url: str) -> AsyncIterator[str]:
+    """A BullMQ key prefix of this test's own; its keys are deleted afterwards."""
+    import redis.asyncio as aioredis
+
+    name = f"mig{uuid.uuid4().hex[:8]}"
+    yield name
+    client = aioredis.from_url(redis_url)
+    async for key in client.scan_iter(match=f"{name}:*", count=1000):
+        await client.delete(key)
+    await client.aclose()
 
 
 @pytest.fixture
@@ -49,3 +70,32 @@ async def jobs(pool: asyncpg.Pool, schema_name: str, registry: Registry) -> JobQ
     queue = await JobQueue.connect(pool=pool, schema=schema_name, registry=registry)
     await queue.migrate()
     return queue
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--reliability-report",
+        action="store_true",
+        help="write the reliability scenarios' figures into README.md's reliability section",
+    )
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    from tests.reliability import figures
+
+    if not session.config.getoption("--reliability-report") or not figures.RECORDED:
+        return
+    if exitstatus != 0:
+        print("\nreliability figures NOT written: the run had failures")
+        return
+
+    async def server_version() -> str:
+        conn = await asyncpg.connect(find_or_start_postgres())
+        try:
+            return str(await conn.fetchval("SHOW server_version"))
+        finally:
+            await conn.close()
+
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    figures.write_into(readme, figures.render(figures.RECORDED, asyncio.run(server_version())))
+    print(f"\nreliability figures written into {readme}")

@@ -125,20 +125,36 @@ FROM {schema}.finish_jobs($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::
 -- name: heartbeat
 -- Extend the lease of many running jobs at once. Returns the ids still owned. Also the fenced
 -- checkpoint of ctx.transaction, whose commit carries the handler's own writes: durable.
+-- Rows are locked in id order, as finish_jobs locks them: the two cannot deadlock.
+WITH owned AS (
+    SELECT j.id FROM {schema}.jobs j
+    JOIN unnest($1::bigint[], $2::uuid[]) AS h(id, token) ON j.id = h.id AND j.lock_token = h.token
+    WHERE j.status = 'running'
+    ORDER BY j.id
+    FOR UPDATE OF j
+)
 UPDATE {schema}.jobs j
 SET heartbeat_at = now(), locked_until = now() + make_interval(secs => $3::float8)
-FROM unnest($1::bigint[], $2::uuid[]) AS h(id, token)
-WHERE j.id = h.id AND j.lock_token = h.token AND j.status = 'running'
+FROM owned
+WHERE j.id = owned.id
 RETURNING j.id;
 
 -- name: heartbeat_relaxed
 -- The worker's periodic heartbeat: the same, committed without waiting for the WAL flush (a
 -- lost extension only shortens a lease). Only ever run as its own transaction.
-WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true))
+WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true)),
+owned AS (
+    SELECT j.id FROM {schema}.jobs j
+    JOIN unnest($1::bigint[], $2::uuid[]) AS h(id, token) ON j.id = h.id AND j.lock_token = h.token
+    CROSS JOIN relaxed
+    WHERE j.status = 'running'
+    ORDER BY j.id
+    FOR UPDATE OF j
+)
 UPDATE {schema}.jobs j
 SET heartbeat_at = now(), locked_until = now() + make_interval(secs => $3::float8)
-FROM unnest($1::bigint[], $2::uuid[]) AS h(id, token), relaxed
-WHERE j.id = h.id AND j.lock_token = h.token AND j.status = 'running'
+FROM owned
+WHERE j.id = owned.id
 RETURNING j.id;
 
 -- name: rescue_stalled

@@ -6,7 +6,7 @@ import asyncio
 
 import pydantic
 
-from pgjobs import EdgePolicy, Flow, JobContext, JobLost, JobQueue, Registry, Status
+from pgjobs import Backoff, EdgePolicy, Flow, JobContext, JobLost, JobQueue, Registry, Status
 from tests.helpers import eventually
 
 
@@ -276,3 +276,98 @@ async def test_a_failed_outcome_write_neither_hangs_the_worker_nor_loses_the_job
     assert runs == [1, 2] and failures == 1
     row = await jobs.get(result.id)
     assert row is not None and row.output == 2 and row.last_error["type"] == "LeaseExpired"
+
+
+async def test_completing_commits_the_effect_and_the_completion_together(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    await jobs.db.pool.execute(f"CREATE TABLE {jobs.schema}.effects (job_id bigint)")
+    events: list[tuple[str, object]] = []
+
+    @registry.kind("charge", input=Task)
+    async def charge(ctx: JobContext, task: Task) -> str:
+        async with ctx.completing(output={"charged": task.n}) as conn:
+            await conn.execute(f"INSERT INTO {jobs.schema}.effects VALUES ($1)", ctx.id)
+            # Inside the transaction the job is still running: the completion commits with it.
+            status = await conn.fetchval(
+                f"SELECT status FROM {jobs.schema}.jobs WHERE id = $1", ctx.id
+            )
+            assert status == "running"
+        return "ignored: completing() stored the output"
+
+    result = await jobs.enqueue("charge", {"n": 12})
+    worker = jobs.worker(on_event=lambda event, ctx, detail: events.append((event, detail)))
+    await worker.run(until_drained=True)
+    row = await jobs.get(result.id)
+    assert row is not None and row.status is Status.COMPLETED and row.output == {"charged": 12}
+    assert await jobs.db.pool.fetchval(f"SELECT count(*) FROM {jobs.schema}.effects") == 1
+    assert worker.stats.completed == 1 and worker.stats.lost == 0
+    assert [e for e, _ in events] == ["active", "completed"]
+    assert events[1][1]["output"] == {"charged": 12}
+
+
+async def test_completing_rolls_back_the_effect_when_the_job_was_taken_over(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    await jobs.db.pool.execute(f"CREATE TABLE {jobs.schema}.effects (job_id bigint)")
+    seen: list[str] = []
+
+    @registry.kind("charge", input=Task)
+    async def charge(ctx: JobContext, task: Task) -> None:
+        await jobs.db.pool.execute(  # a rescuer took the job over meanwhile
+            f"UPDATE {jobs.schema}.jobs SET lock_token = gen_random_uuid() WHERE id = $1", ctx.id
+        )
+        try:
+            async with ctx.completing() as conn:
+                await conn.execute(f"INSERT INTO {jobs.schema}.effects VALUES ($1)", ctx.id)
+        except JobLost:
+            seen.append("lost")
+            raise
+
+    result = await jobs.enqueue("charge", {})
+    worker = jobs.worker(concurrency=1, lease=60)
+    worker.start()
+
+    async def lost_seen() -> bool:
+        return seen == ["lost"] and worker.stats.lost == 1
+
+    await eventually(lost_seen)
+    await worker.stop()
+    assert await jobs.db.pool.fetchval(f"SELECT count(*) FROM {jobs.schema}.effects") == 0
+    row = await jobs.get(result.id)
+    assert row is not None and row.status is Status.RUNNING and row.output is None
+
+
+async def test_completing_that_raises_writes_nothing_and_retries(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    await jobs.db.pool.execute(f"CREATE TABLE {jobs.schema}.effects (job_id bigint)")
+
+    @registry.kind("charge", input=Task, max_attempts=2, backoff=Backoff.fixed(0.01))
+    async def charge(ctx: JobContext, task: Task) -> None:
+        async with ctx.completing(output=ctx.attempts) as conn:
+            await conn.execute(f"INSERT INTO {jobs.schema}.effects VALUES ($1)", ctx.id)
+            if ctx.attempts == 1:
+                raise ConnectionError("card network down")
+
+    result = await jobs.enqueue("charge", {})
+    await jobs.worker().run(until_drained=True)
+    row = await jobs.get(result.id)
+    assert row is not None and row.status is Status.COMPLETED and row.output == 2
+    assert row.attempts == 2 and row.last_error["message"] == "card network down"
+    assert await jobs.db.pool.fetchval(f"SELECT count(*) FROM {jobs.schema}.effects") == 1
+
+
+async def test_completing_refuses_an_output_that_is_not_json(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    @registry.kind("charge", input=Task, max_attempts=1)
+    async def charge(ctx: JobContext, task: Task) -> None:
+        async with ctx.completing(output=object()):
+            pass
+
+    result = await jobs.enqueue("charge", {})
+    await jobs.worker().run(until_drained=True)
+    row = await jobs.get(result.id)
+    assert row is not None and row.status is Status.DEAD
+    assert row.last_error["type"] == "InvalidOption" and "output" in row.last_error["message"]

@@ -7,7 +7,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,25 +17,8 @@ import redis.asyncio as aioredis
 import bullmq_compat
 from migration_tools import ExitCode, MigrationOptions, migrate
 from pgjobs import JobQueue
-from tests.redis_server import find_or_start_redis
 
 HOUR_MS = 3_600_000
-
-
-@pytest.fixture(scope="session")
-def redis_url() -> str:
-    return find_or_start_redis()
-
-
-@pytest.fixture
-async def prefix(redis_url: str) -> AsyncIterator[str]:
-    """A prefix of this test's own; its keys are deleted afterwards."""
-    name = f"mig{uuid.uuid4().hex[:8]}"
-    yield name
-    client = aioredis.from_url(redis_url)
-    async for key in client.scan_iter(match=f"{name}:*", count=1000):
-        await client.delete(key)
-    await client.aclose()
 
 
 @pytest.fixture

@@ -1,15 +1,29 @@
-"""Reliability: tenant isolation through every tenant-scoped API, and maintenance actors
-racing each other (two schedulers and a GC at once)."""
+"""Reliability: tenant isolation through every tenant-scoped API, maintenance actors racing each
+other (two schedulers and a GC at once), and a flow re-drive racing a node's completion."""
 
 from __future__ import annotations
 
 import asyncio
+import random
+from collections import Counter
 from typing import Any
 
 import pytest
 
-from pgjobs import Flow, FlowFilter, JobContext, JobFilter, JobQueue, Registry, Status
+from pgjobs import (
+    EdgePolicy,
+    Fatal,
+    Flow,
+    FlowFilter,
+    FlowRunning,
+    JobContext,
+    JobFilter,
+    JobQueue,
+    Registry,
+    Status,
+)
 from pgjobs.maintenance import GcInput, collect_garbage
+from tests.helpers import eventually
 
 pytestmark = pytest.mark.reliability
 
@@ -81,3 +95,90 @@ async def test_two_schedulers_and_a_gc_together_emit_each_tick_once(
     keys = [r.job_key for r in emitted]
     assert len(keys) == 20 and len(set(keys)) == 20  # each tick once, despite two emitters
     assert await jobs.get(old.id) is None  # the GC did its work meanwhile
+
+
+async def test_requeue_flow_racing_a_node_completion_keeps_the_flow_consistent(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    """Per flow: ``broken`` died, ``slow`` is running, ``top`` waits for both. The slow node
+    completes while ``requeue_flow`` is called, 25 flows at once at random offsets. Whatever
+    the interleaving (refused with FlowRunning, waiting on the node's lock, or after the
+    completion), each flow ends with every node completed, each node run the expected number
+    of times, and no edge left open."""
+    flows = 25
+    runs: Counter[str] = Counter()
+    released = {label: asyncio.Event() for label in map(str, range(flows))}
+    slow_started: set[str] = set()
+
+    @registry.kind("broken", input=dict[str, str], max_attempts=1)
+    async def broken(ctx: JobContext, data: dict[str, str]) -> None:
+        runs["broken " + data["f"]] += 1
+        if runs["broken " + data["f"]] == 1:
+            raise Fatal("first run fails")
+
+    @registry.kind("slow", input=dict[str, str])
+    async def slow(ctx: JobContext, data: dict[str, str]) -> None:
+        runs["slow " + data["f"]] += 1
+        slow_started.add(data["f"])
+        await released[data["f"]].wait()
+
+    @registry.kind("top", input=dict[str, str])
+    async def top(ctx: JobContext, data: dict[str, str]) -> None:
+        runs["top " + data["f"]] += 1
+
+    submitted = []
+    for label in released:
+        flow = Flow(label)
+        for name in ("broken", "slow", "top"):
+            flow.add(name, name, {"f": label})
+        flow.edge("broken", "top", EdgePolicy.BLOCK)
+        flow.edge("slow", "top", EdgePolicy.BLOCK)
+        submitted.append(await jobs.submit_flow(flow))
+    worker = jobs.worker(concurrency=flows + 5)
+    task = worker.start()
+    try:
+
+        async def ready() -> bool:
+            dead = sum(
+                (await jobs.substate_counts(JobFilter(kind="broken", status=Status.DEAD))).values()
+            )
+            return dead == flows and len(slow_started) == flows
+
+        await eventually(ready)
+        rng = random.Random(5)
+        refused = Counter[str]()
+
+        async def requeue(label: str, flow_id: int) -> list[int]:
+            await asyncio.sleep(rng.uniform(0, 0.01))
+            while True:
+                try:
+                    return await jobs.requeue_flow(flow_id)
+                except FlowRunning:
+                    refused[label] += 1
+                    await asyncio.sleep(0.001)  # retried until the node is done
+
+        async def release(label: str) -> None:
+            await asyncio.sleep(rng.uniform(0, 0.01))
+            released[label].set()
+
+        redriven = await asyncio.gather(
+            *(requeue(label, s.flow_id) for label, s in zip(released, submitted, strict=True)),
+            *(release(label) for label in released),
+        )
+        for ids, flow in zip(redriven[:flows], submitted, strict=True):
+            assert ids == [flow.job_ids["broken"]]  # only the dead node came back
+
+        async def finished() -> bool:
+            counts = await jobs.substate_counts(JobFilter(status=Status.COMPLETED))
+            return sum(counts.values()) == 3 * flows
+
+        await eventually(finished)
+    finally:
+        await worker.stop()
+        await task
+    for label in released:
+        assert (runs["broken " + label], runs["slow " + label], runs["top " + label]) == (2, 1, 1)
+    open_edges = await jobs.db.pool.fetchval(
+        f"SELECT count(*) FROM {jobs.schema}.job_edges WHERE state NOT IN ('satisfied', 'released')"
+    )
+    assert open_edges == 0

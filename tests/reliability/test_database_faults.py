@@ -1,0 +1,195 @@
+"""Database faults: the PostgreSQL server crashed and restarted mid-run, and the worker's LISTEN
+connection dropped. Workers reconnect with backoff, say so in the log, lose nothing, and resume.
+
+The restart runs against a private cluster (see private_postgres.py), never the shared one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from pgjobs import JobContext, JobQueue, JobSpec, Registry
+from tests.helpers import eventually
+from tests.reliability.figures import Figure, record, seconds
+from tests.reliability.private_postgres import PrivateServer
+
+pytestmark = [pytest.mark.reliability, pytest.mark.slow]
+
+JOBS = 3_000
+
+
+@pytest.fixture
+def private_server() -> Iterator[PrivateServer]:
+    root = Path(tempfile.mkdtemp(prefix="pgjobs-private-"))
+    server = PrivateServer(root)
+    server.start()
+    try:
+        yield server
+    finally:
+        try:
+            server.stop("immediate")
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+async def _count(dsn: str, sql: str) -> int | None:
+    """A count on a fresh connection, or None while the server is down."""
+    try:
+        conn = await asyncpg.connect(dsn, timeout=5)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
+        return None
+    try:
+        return int(await conn.fetchval(sql))
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        return None
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def private_jobs(private_server: PrivateServer) -> AsyncIterator[JobQueue]:
+    registry = Registry()
+    jobs = await JobQueue.connect(private_server.dsn, schema="faults", registry=registry)
+    await jobs.migrate()
+    try:
+        yield jobs
+    finally:
+        await jobs.close()
+
+
+async def test_server_restarts_lose_nothing_and_workers_resume(
+    private_server: PrivateServer, private_jobs: JobQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    jobs = private_jobs
+    caplog.set_level(logging.WARNING, logger="pgjobs")
+    await jobs.db.pool.execute(
+        "CREATE TABLE faults.effects (job_id bigint NOT NULL, attempt int NOT NULL)"
+    )
+
+    @jobs.registry.kind("fenced", input=dict[str, int], max_attempts=50)
+    async def fenced(ctx: JobContext, data: dict[str, int]) -> None:
+        await asyncio.sleep(0.002)
+        async with ctx.completing(output=data["n"]) as conn:
+            await conn.execute("INSERT INTO faults.effects VALUES ($1, $2)", ctx.id, ctx.attempts)
+
+    await jobs.enqueue_many([JobSpec("fenced", {"n": i}) for i in range(JOBS)])
+    done_sql = "SELECT count(*) FROM faults.jobs WHERE status = 'completed'"
+    workers = [jobs.worker(concurrency=10, lease=3, poll_interval=0.5) for _ in range(2)]
+    tasks = [worker.start() for worker in workers]
+    recoveries: list[float] = []
+    try:
+        for target, mode in ((JOBS // 4, "immediate"), (JOBS // 2, "fast")):
+
+            async def reached(target: int = target) -> bool:
+                return (await _count(private_server.dsn, done_sql) or 0) >= target
+
+            await eventually(reached, timeout=120, interval=0.05)
+            await asyncio.to_thread(private_server.restart, mode)
+            back_up = time.monotonic()
+            before = await _count(private_server.dsn, done_sql)
+            assert before is not None
+
+            async def progressed(before: int = before) -> bool:
+                return (await _count(private_server.dsn, done_sql) or 0) > before
+
+            await eventually(progressed, timeout=60, interval=0.02)
+            recoveries.append(time.monotonic() - back_up)
+
+        async def all_done() -> bool:
+            return await _count(private_server.dsn, done_sql) == JOBS
+
+        await eventually(all_done, timeout=180, interval=0.1)
+    finally:
+        for worker in workers:
+            await worker.stop()
+        for task in tasks:
+            await task
+    statuses = await jobs.db.pool.fetch(
+        "SELECT status, count(*) AS n FROM faults.jobs GROUP BY status"
+    )
+    assert {r["status"]: r["n"] for r in statuses} == {"completed": JOBS}
+    per_job = await jobs.db.pool.fetch(
+        "SELECT j.id, count(e.job_id) AS n FROM faults.jobs j"
+        " LEFT JOIN faults.effects e ON e.job_id = j.id GROUP BY j.id"
+    )
+    assert {r["n"] for r in per_job} == {1}  # every effect recorded, and exactly once
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any("LISTEN" in m and "reconnecting" in m for m in warnings), warnings[:20]
+    assert any("failed" in m and "retrying" in m for m in warnings), warnings[:20]
+    record(
+        Figure(
+            scenario="PostgreSQL server restarted mid-run (2 workers)",
+            faults="1 crash (immediate stop) + 1 fast restart",
+            jobs=JOBS,
+            lost=0,
+            duplicated="fenced effects 0",
+            recovery="first completion after the server is back: " + seconds(recoveries),
+        )
+    )
+
+
+async def test_a_dropped_listen_connection_comes_back_and_wakes_the_worker(
+    jobs: JobQueue, registry: Registry, pg_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the safety-net poll at 10 minutes, only a notification can start a job within the
+    test's deadline: jobs enqueued after each drop prove the LISTEN is back."""
+    caplog.set_level(logging.INFO, logger="pgjobs.notifier")
+    started: asyncio.Queue[int] = asyncio.Queue()
+
+    @registry.kind("ping", input=dict[str, int])
+    async def ping(ctx: JobContext, data: dict[str, int]) -> None:
+        started.put_nowait(data["n"])
+
+    worker = jobs.worker(concurrency=2, poll_interval=600)
+    task = worker.start()
+    observer = await asyncpg.connect(pg_dsn)
+    listening = (
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        " AND query ILIKE 'LISTEN%' AND pid <> pg_backend_pid()"
+    )
+    recoveries: list[float] = []
+    drops = 3
+    try:
+        first = await eventually(lambda: observer.fetchval(listening))
+        await jobs.enqueue("ping", {"n": -1})
+        assert await asyncio.wait_for(started.get(), 20) == -1
+        for n in range(drops):
+            old = await observer.fetchval(listening)
+            assert await observer.fetchval("SELECT pg_terminate_backend($1)", old)
+            dropped = time.monotonic()
+
+            async def relistening(old: int = old) -> int | None:
+                pid = await observer.fetchval(listening)
+                return pid if pid not in (None, old) else None
+
+            await eventually(relistening)
+            recoveries.append(time.monotonic() - dropped)
+            await jobs.enqueue("ping", {"n": n})
+            assert await asyncio.wait_for(started.get(), 20) == n
+        assert first is not None
+    finally:
+        await observer.close()
+        await worker.stop()
+        await task
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("re-established" in m for m in messages) == drops, messages
+    assert worker.stats.completed == drops + 1
+    record(
+        Figure(
+            scenario="worker's LISTEN connection terminated (poll at 10 min)",
+            faults=f"{drops} pg_terminate_backend",
+            jobs=drops + 1,
+            lost=0,
+            duplicated="0",
+            recovery="LISTEN back: " + seconds(recoveries),
+        )
+    )
