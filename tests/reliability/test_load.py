@@ -26,7 +26,6 @@ from pgjobs import JobQueue, JobSpec, Keep, Registry
 from pgjobs.maintenance import GcInput, collect_garbage
 from tests.reliability.figures import Figure, record
 
-pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = int(os.environ.get("PGJOBS_LOAD_JOBS", "40000"))
@@ -35,6 +34,8 @@ CHUNK = 5_000
 BACKLOG = 50_000
 SLICES = 10
 KEEP = 1_000
+# The suite's 120 s per-test guard scaled to the run: 1M jobs need minutes.
+pytestmark = [pytest.mark.reliability, pytest.mark.slow, pytest.mark.timeout(max(120, JOBS // 200))]
 RSS_GROWTH_BOUND_KIB = 32 * 1024
 """Each worker's resident memory may grow by at most 32 MiB from the end of the first tenth
 of the run to the end (allocator slack and caches; a leak of 150 bytes per job would exceed it
