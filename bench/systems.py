@@ -34,18 +34,41 @@ class System(Protocol):
         ...
 
 
-STATS_SETTLE_SECONDS = 1.1
-"""PostgreSQL backends publish their table statistics (n_dead_tup) at most once a second."""
+async def truncate_schema(dsn: str, schema: str) -> None:
+    """Empty every table of ``schema`` (if it exists yet) but its schema-version bookkeeping
+    (``migration``/``migrations``): each workload starts from empty tables, as the engine's
+    does, so storage figures are about that workload alone."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        tables = await conn.fetch(
+            "SELECT format('%I.%I', schemaname, tablename) AS t FROM pg_tables"
+            " WHERE schemaname = $1 AND tablename NOT IN ('migration', 'migrations')",
+            schema,
+        )
+        if tables:
+            await conn.execute("TRUNCATE " + ", ".join(r["t"] for r in tables) + " CASCADE")
+    finally:
+        await conn.close()
 
 
 async def pg_storage(dsn: str, schema: str, table: str | None = None) -> tuple[float, float]:
-    """Dead tuples and total size (indexes and TOAST included) of the tables of ``schema``
-    (or of one table), as autovacuum would find them now."""
-    await asyncio.sleep(STATS_SETTLE_SECONDS)
+    """Dead tuples and total size (indexes and TOAST included) of the tables of ``schema`` (or
+    of one table) as they are now. Dead tuples are counted exactly with the pgstattuple
+    extension (created if the role may; the cumulative statistics lag by up to ten seconds),
+    else read from pg_stat_user_tables."""
     conn = await asyncpg.connect(dsn)
     try:
+        exact = await conn.fetchval(
+            "SELECT EXISTS (SELECT FROM pg_available_extensions WHERE name = 'pgstattuple')"
+        )
+        if exact:
+            try:
+                await conn.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+            except asyncpg.InsufficientPrivilegeError:
+                exact = False
+        dead = "(pgstattuple(relid)).dead_tuple_count" if exact else "n_dead_tup"
         row = await conn.fetchrow(
-            "SELECT coalesce(sum(n_dead_tup), 0) AS dead,"
+            f"SELECT coalesce(sum({dead}), 0) AS dead,"
             " coalesce(sum(pg_total_relation_size(relid)), 0) AS bytes"
             " FROM pg_stat_user_tables WHERE schemaname = $1 AND ($2::text IS NULL OR relname = $2)",
             schema,
@@ -53,7 +76,7 @@ async def pg_storage(dsn: str, schema: str, table: str | None = None) -> tuple[f
         )
     finally:
         await conn.close()
-    return float(row["dead"]), row["bytes"] / 2**20
+    return float(row["dead"]), float(row["bytes"]) / 2**20
 
 
 class Noop(pydantic.BaseModel):
@@ -455,6 +478,10 @@ class Facade(BullMQRedis):
     def _opts(self, **extra: Any) -> dict[str, Any]:
         return {"connection": self.jobs, **extra}
 
+    async def _queue(self) -> Any:
+        await truncate_schema(self.dsn, self.schema)
+        return await super()._queue()
+
     async def storage(self) -> tuple[float, float]:
         return await pg_storage(self.dsn, self.schema)
 
@@ -479,6 +506,10 @@ class BullMQPostgres(BullMQRedis):
 
     def _opts(self, **extra: Any) -> dict[str, Any]:
         return {"backend": "postgres", "connection": self.dsn, "schema": self.schema, **extra}
+
+    async def _queue(self) -> Any:
+        await truncate_schema(self.dsn, self.schema)
+        return await super()._queue()
 
     async def storage(self) -> tuple[float, float]:
         return await pg_storage(self.dsn, self.schema)

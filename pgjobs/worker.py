@@ -239,7 +239,14 @@ class Worker:
         task = asyncio.create_task(self._execute(ctx, row), name=f"pgjobs-job-{ctx.id}")
         self._running[ctx.id] = (ctx, task)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._job_done)
+
+    def _job_done(self, task: asyncio.Task[None]) -> None:
+        """A job's task ended (its outcome written). Once every task has, an until-drained run
+        must look again at once: its last look saw these jobs still running."""
+        self._tasks.discard(task)
+        if not self._tasks:
+            self._wake.set()
 
     def _emit(self, event: WorkerEvent, ctx: JobContext, detail: dict[str, Any]) -> None:
         """Tell ``on_event``; a listener's error is logged, never allowed to disturb the job."""
