@@ -48,8 +48,8 @@ def workloads(quick: bool) -> list[tuple[str, str, tuple[Any, ...], str]]:
 def _ratio(numerator: list[float], denominator: list[float]) -> str:
     top = [v for v in numerator if not math.isnan(v)]
     bottom = [v for v in denominator if not math.isnan(v)]
-    if not top or not bottom or statistics.median(bottom) == 0:
-        return "—"
+    if not top or not bottom or statistics.median(bottom) == 0 or statistics.median(top) == 0:
+        return "—"  # nothing to compare (Redis has no dead tuples)
     return f"{statistics.median(top) / statistics.median(bottom):.2f}×"
 
 

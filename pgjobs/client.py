@@ -463,7 +463,7 @@ class JobQueue:
         return Scheduler(self._schedules, **options)
 
     def register_maintenance(self, **options: Any) -> None:
-        """Register the built-in GC and metrics-sweep kinds on this queue's registry."""
+        """Register the built-in GC, metrics-sweep and vacuum kinds on this queue's registry."""
         register_maintenance(self.registry, lambda: self.db, **options)
 
     # -- tracking --------------------------------------------------------------------------

@@ -85,3 +85,23 @@ ON CONFLICT (granularity, queue, bucket) DO UPDATE SET
     dead = m.dead + excluded.dead,
     cancelled = m.cancelled + excluded.cancelled
 RETURNING m.bucket;
+
+-- name: dead_tuples
+-- Live and dead tuples of the engine's churning tables, from the cumulative statistics (which
+-- lag by up to a few seconds).
+SELECT relname AS table_name, n_live_tup AS live, n_dead_tup AS dead
+FROM pg_stat_user_tables
+WHERE schemaname = $1 AND relname = ANY($2::text[])
+ORDER BY relname;
+
+-- name: vacuum_jobs
+VACUUM (ANALYZE) {schema}.jobs;
+
+-- name: vacuum_job_events
+VACUUM (ANALYZE) {schema}.job_events;
+
+-- name: vacuum_dedup_holds
+VACUUM (ANALYZE) {schema}.dedup_holds;
+
+-- name: vacuum_queue_settings
+VACUUM (ANALYZE) {schema}.queue_settings;

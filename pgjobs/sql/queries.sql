@@ -125,11 +125,11 @@ FROM {schema}.finish_jobs($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::
 -- name: heartbeat
 -- Extend the lease of many running jobs at once. Returns the ids still owned. Also the fenced
 -- checkpoint of ctx.transaction, whose commit carries the handler's own writes: durable.
--- Rows are locked in id order, as finish_jobs locks them: the two cannot deadlock.
+-- Rows are locked in id order, as finish_jobs locks them: the two cannot deadlock. A lock token
+-- is set only while a job runs (CHECK jobs_running_has_token): matching it is the status check.
 WITH owned AS (
     SELECT j.id FROM {schema}.jobs j
     JOIN unnest($1::bigint[], $2::uuid[]) AS h(id, token) ON j.id = h.id AND j.lock_token = h.token
-    WHERE j.status = 'running'
     ORDER BY j.id
     FOR UPDATE OF j
 )
@@ -147,7 +147,6 @@ owned AS (
     SELECT j.id FROM {schema}.jobs j
     JOIN unnest($1::bigint[], $2::uuid[]) AS h(id, token) ON j.id = h.id AND j.lock_token = h.token
     CROSS JOIN relaxed
-    WHERE j.status = 'running'
     ORDER BY j.id
     FOR UPDATE OF j
 )

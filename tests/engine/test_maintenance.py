@@ -11,11 +11,14 @@ from pgjobs import EdgePolicy, Flow, JobContext, JobQueue, JobSpec, Keep, Regist
 from pgjobs.maintenance import (
     GC_KIND,
     SWEEP_KIND,
+    VACUUM_KIND,
     GcInput,
     SweepInput,
+    VacuumInput,
     collect_garbage,
     schedule_maintenance,
     sweep_metrics,
+    vacuum_churning_tables,
 )
 from tests.helpers import eventually
 
@@ -188,7 +191,7 @@ async def test_maintenance_runs_as_scheduled_jobs(jobs: JobQueue, kinds) -> None
         jobs, gc=GcInput(completed_after=0), sweep=SweepInput(settle_seconds=0)
     )
     names = sorted(s.name for s in await jobs.list_schedules())
-    assert names == ["pgjobs.gc", "pgjobs.metrics_sweep"]
+    assert names == ["pgjobs.gc", "pgjobs.metrics_sweep", "pgjobs.vacuum"]
     sweep = await jobs.enqueue(SWEEP_KIND, {"settle_seconds": 0})
     await jobs.worker(queues=["pgjobs.maintenance"]).run(until_drained=True)
     gc = await jobs.enqueue(GC_KIND, {"completed_after": 0})
@@ -212,3 +215,32 @@ async def test_concurrent_gc_runs_are_serialised(jobs: JobQueue, kinds) -> None:
         *(collect_garbage(jobs.db, GcInput(completed_after=0)) for _ in range(4))
     )
     assert sum(r.get("deleted_jobs", 0) for r in results) == 50
+
+
+async def test_vacuum_runs_on_tables_past_the_threshold_only(jobs: JobQueue, kinds) -> None:
+    # Where the server's autovacuum is on, keep it off this table: the test counts vacuums.
+    await jobs.db.pool.execute(f"ALTER TABLE {jobs.schema}.jobs SET (autovacuum_enabled = false)")
+    await jobs.enqueue_many([JobSpec("ok", {"n": i}) for i in range(200)])
+    await jobs.worker(queues=["m"]).run(until_drained=True)  # claim + finish: dead tuples
+    stats = (
+        "SELECT n_dead_tup AS dead, vacuum_count AS vacuums FROM pg_stat_user_tables"
+        " WHERE schemaname = $1 AND relname = 'jobs'"
+    )
+
+    async def dead_counted() -> bool:  # the statistics are published within seconds
+        row = await jobs.db.pool.fetchrow(stats, jobs.schema)
+        return row is not None and row["dead"] >= 200
+
+    await eventually(dead_counted)
+    assert await vacuum_churning_tables(jobs.db, VacuumInput(min_dead=10**9)) == {"vacuumed": {}}
+    result = await vacuum_churning_tables(jobs.db, VacuumInput(min_dead=100, dead_fraction=0))
+    assert list(result["vacuumed"]) == ["jobs"] and result["vacuumed"]["jobs"] >= 200
+    after = await jobs.db.pool.fetchrow(stats, jobs.schema)
+    assert after is not None and after["vacuums"] == 1 and after["dead"] == 0
+
+    # ... and as a scheduled maintenance job
+    jobs.register_maintenance()
+    job = await jobs.enqueue(VACUUM_KIND, {"min_dead": 10**9})
+    await jobs.worker(queues=["pgjobs.maintenance"]).run(until_drained=True)
+    row = await jobs.get(job.id)
+    assert row is not None and row.status is Status.COMPLETED and row.output == {"vacuumed": {}}

@@ -26,7 +26,6 @@ from pgjobs import JobQueue, JobSpec, Keep, Registry
 from pgjobs.maintenance import GcInput, collect_garbage
 from tests.reliability.figures import Figure, record
 
-
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = int(os.environ.get("PGJOBS_LOAD_JOBS", "40000"))
 WORKERS = 4
