@@ -158,7 +158,9 @@ RETURNING j.id;
 
 -- name: rescue_stalled
 -- Put running jobs whose lease ended back to pending (or dead on their last attempt).
--- The attempt they were on counts as used: a job that keeps killing its worker dies.
+-- The attempt they were on counts as used: a job that keeps killing its worker dies. A job put
+-- back keeps its run_at, so it resumes its place in the claim order, ahead of what was enqueued
+-- after it (BullMQ likewise pushes a stalled job to the front of `wait`), not behind the backlog.
 WITH stalled AS (
     SELECT id FROM {schema}.jobs
     WHERE status = 'running' AND locked_until < now()
@@ -168,7 +170,7 @@ WITH stalled AS (
 )
 UPDATE {schema}.jobs j
 SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'pending' END,
-    run_at = now(), lock_token = NULL, locked_until = NULL,
+    lock_token = NULL, locked_until = NULL,
     finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
     last_error = jsonb_build_object(
         'type', 'LeaseExpired', 'attempt', j.attempts, 'at', now(),

@@ -6,7 +6,18 @@ import asyncio
 
 import pydantic
 
-from pgjobs import Backoff, EdgePolicy, Flow, JobContext, JobLost, JobQueue, Registry, Status
+from pgjobs import (
+    Backoff,
+    EdgePolicy,
+    Flow,
+    JobContext,
+    JobLost,
+    JobQueue,
+    JobSpec,
+    Registry,
+    Status,
+)
+from pgjobs.config import notify_channel
 from tests.helpers import eventually
 
 
@@ -371,3 +382,22 @@ async def test_completing_refuses_an_output_that_is_not_json(
     row = await jobs.get(result.id)
     assert row is not None and row.status is Status.DEAD
     assert row.last_error["type"] == "InvalidOption" and "output" in row.last_error["message"]
+
+
+async def test_a_rescued_job_keeps_its_place_in_the_queue(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    order: list[int] = []
+
+    @registry.kind("ordered", input=Task)
+    async def ordered(ctx: JobContext, task: Task) -> None:
+        order.append(task.n)
+
+    await jobs.enqueue("ordered", {"n": 1})
+    # A worker claimed it and died: the row stays running until its (tiny) lease is over.
+    assert len(await jobs.db.fetch("claim", ["default"], ["ordered"], 1, 0.001)) == 1
+    await jobs.enqueue_many([JobSpec("ordered", {"n": n}) for n in (2, 3)])
+    rescued = await jobs.db.fetch("rescue_stalled", 100, notify_channel(jobs.schema))
+    assert [r["status"] for r in rescued] == ["pending"]
+    await jobs.worker(concurrency=1).run(until_drained=True)
+    assert order == [1, 2, 3]  # back in its place, not behind the jobs enqueued meanwhile

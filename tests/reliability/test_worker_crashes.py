@@ -127,7 +127,6 @@ async def test_sigkilled_workers_lose_nothing_and_fenced_effects_happen_once(
                 f"{sum(len(r) - 1 for r in duplicated.values())} of {len(plain):,} "
                 f"(all on killed workers); {rescued} jobs re-run"
             ),
-            recovery="kill → the re-run job completed (lease, then the backlog): "
-            + seconds(recoveries),
+            recovery="kill → the re-run job completed (its lease is 2 s): " + seconds(recoveries),
         )
     )
