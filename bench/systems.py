@@ -458,7 +458,22 @@ class BullMQRedis:
         return await self._drain(flows * (children + 1), 10)
 
 
-class Facade(BullMQRedis):
+class BullMQCodeOnPostgres(BullMQRedis):
+    """The BullMQ peer's code on a PostgreSQL schema of its own (``self.dsn``, ``self.schema``):
+    each workload starts on empty tables, and storage is that schema's."""
+
+    dsn: str
+    schema: str
+
+    async def _queue(self) -> Any:
+        await truncate_schema(self.dsn, self.schema)
+        return await super()._queue()
+
+    async def storage(self) -> tuple[float, float]:
+        return await pg_storage(self.dsn, self.schema)
+
+
+class Facade(BullMQCodeOnPostgres):
     """bullmq_compat: the same BullMQ code as the Redis peer, on pgjobs (one shared pool)."""
 
     name = "bullmq_compat facade"
@@ -478,19 +493,12 @@ class Facade(BullMQRedis):
     def _opts(self, **extra: Any) -> dict[str, Any]:
         return {"connection": self.jobs, **extra}
 
-    async def _queue(self) -> Any:
-        await truncate_schema(self.dsn, self.schema)
-        return await super()._queue()
-
-    async def storage(self) -> tuple[float, float]:
-        return await pg_storage(self.dsn, self.schema)
-
     async def teardown(self) -> None:
         await self.pool.execute(f"DROP SCHEMA {self.schema} CASCADE")
         await self.pool.close()
 
 
-class BullMQPostgres(BullMQRedis):
+class BullMQPostgres(BullMQCodeOnPostgres):
     """BullMQ's Python package on its own PostgreSQL backend (`backend: "postgres"`, psycopg):
     the same BullMQ code as the Redis peer, in a schema of its own that it migrates itself."""
 
@@ -506,13 +514,6 @@ class BullMQPostgres(BullMQRedis):
 
     def _opts(self, **extra: Any) -> dict[str, Any]:
         return {"backend": "postgres", "connection": self.dsn, "schema": self.schema, **extra}
-
-    async def _queue(self) -> Any:
-        await truncate_schema(self.dsn, self.schema)
-        return await super()._queue()
-
-    async def storage(self) -> tuple[float, float]:
-        return await pg_storage(self.dsn, self.schema)
 
     async def teardown(self) -> None:
         conn = await asyncpg.connect(self.dsn)

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from pgjobs.config import notify_channel
 from pgjobs.executor import TRANSIENT_ERRORS, Database
@@ -26,7 +27,6 @@ class Completer:
     def __init__(self, db: Database, on_lost: Callable[[Outcome], None]) -> None:
         self._db = db
         self._on_lost = on_lost
-        self._channel = notify_channel(db.schema)
         self._buffer: list[tuple[Outcome, asyncio.Future[bool]]] = []
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -92,16 +92,23 @@ class Completer:
                 future.set_result(owned)
 
     async def _write(self, outcomes: list[Outcome]) -> set[int]:
-        rows = await self._db.fetch(
-            "finish",
-            [o.job_id for o in outcomes],
-            [o.lock_token for o in outcomes],
-            [o.status for o in outcomes],
-            [o.output_json for o in outcomes],
-            [o.delay for o in outcomes],
-            [o.error_json for o in outcomes],
-            [o.refund_attempt for o in outcomes],
-            [o.deferred for o in outcomes],
-            self._channel,
-        )
-        return {row["id"] for row in rows}
+        return await write_outcomes(self._db, outcomes)
+
+
+async def write_outcomes(db: Database, outcomes: list[Outcome], conn: Any = None) -> set[int]:
+    """Write ``outcomes`` in one fenced statement (on ``conn``, inside its transaction, if
+    given); returns the ids written: a missing one was no longer owned by its claim."""
+    rows = await db.fetch(
+        "finish",
+        [o.job_id for o in outcomes],
+        [o.lock_token for o in outcomes],
+        [o.status for o in outcomes],
+        [o.output_json for o in outcomes],
+        [o.delay for o in outcomes],
+        [o.error_json for o in outcomes],
+        [o.refund_attempt for o in outcomes],
+        [o.deferred for o in outcomes],
+        notify_channel(db.schema),
+        conn=conn,
+    )
+    return {row["id"] for row in rows}

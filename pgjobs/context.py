@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
 
 from pgjobs import jsonvalue
-from pgjobs.config import notify_channel
+from pgjobs.completer import write_outcomes
 from pgjobs.errors import InvalidOption, JobLost
 from pgjobs.executor import Connection, Database
+from pgjobs.outcomes import Outcome
 
 _UNSET: Any = object()
 
@@ -147,6 +148,28 @@ class JobContext:
         return await read_prerequisites(self._db, self.id)
 
     @asynccontextmanager
+    async def _fenced(
+        self, still_ours: Callable[[Connection], Awaitable[bool]]
+    ) -> AsyncIterator[Connection]:
+        """A transaction on a pool connection that commits only if ``still_ours(conn)``, run
+        after the caller's writes, finds the job still owned by this claim; otherwise it rolls
+        back, marks the job lost and raises JobLost."""
+        async with self._db.pool.acquire() as conn:
+            tx = conn.transaction()
+            await tx.start()
+            try:
+                yield conn
+                owned = await still_ours(conn)
+            except BaseException:
+                await tx.rollback()
+                raise
+            if not owned:
+                await tx.rollback()
+                self.lost = True
+                raise JobLost(self.id)
+            await tx.commit()
+
+    @asynccontextmanager
     async def transaction(self, progress: Any = _UNSET) -> AsyncIterator[Connection]:
         """A transaction whose commit is conditional on still owning the job.
 
@@ -158,33 +181,25 @@ class JobContext:
         >>> async with ctx.transaction(progress={"cursor": 500}) as conn:
         ...     await conn.execute("INSERT INTO results ...")
         """
-        async with self._db.pool.acquire() as conn:
-            tx = conn.transaction()
-            await tx.start()
-            try:
-                yield conn
-                encoded = self._encode_progress(None if progress is _UNSET else progress)
-                if progress is _UNSET:
-                    owned = await self._db.fetchrow(
-                        "heartbeat", [self.id], [self.lock_token], self._lease_seconds, conn=conn
-                    )
-                else:
-                    owned = await self._db.fetchrow(
-                        "set_progress",
-                        self.id,
-                        self.lock_token,
-                        encoded,
-                        self._lease_seconds,
-                        conn=conn,
-                    )
-            except BaseException:
-                await tx.rollback()
-                raise
-            if owned is None:
-                await tx.rollback()
-                self.lost = True
-                raise JobLost(self.id)
-            await tx.commit()
+
+        async def checkpoint(conn: Connection) -> bool:
+            if progress is _UNSET:
+                row = await self._db.fetchrow(
+                    "heartbeat", [self.id], [self.lock_token], self._lease_seconds, conn=conn
+                )
+            else:
+                row = await self._db.fetchrow(
+                    "set_progress",
+                    self.id,
+                    self.lock_token,
+                    self._encode_progress(progress),
+                    self._lease_seconds,
+                    conn=conn,
+                )
+            return row is not None
+
+        async with self._fenced(checkpoint) as conn:
+            yield conn
 
     @asynccontextmanager
     async def completing(self, output: Any = None) -> AsyncIterator[Connection]:
@@ -202,34 +217,16 @@ class JobContext:
         if self.completed:
             raise InvalidOption("completing", f"job {self.id} is already completed")
         try:
-            encoded = jsonvalue.dumps(output)
+            outcome = Outcome(
+                self.id, self.lock_token, "completed", output_json=jsonvalue.dumps(output)
+            )
         except jsonvalue.NotJson as exc:
             raise InvalidOption("output", str(exc)) from None
-        async with self._db.pool.acquire() as conn:
-            tx = conn.transaction()
-            await tx.start()
-            try:
-                yield conn
-                written = await self._db.fetch(
-                    "finish",
-                    [self.id],
-                    [self.lock_token],
-                    ["completed"],
-                    [encoded],
-                    [0.0],
-                    [None],
-                    [0],
-                    [0],
-                    notify_channel(self._db.schema),
-                    conn=conn,
-                )
-            except BaseException:
-                await tx.rollback()
-                raise
-            if not written:
-                await tx.rollback()
-                self.lost = True
-                raise JobLost(self.id)
-            await tx.commit()
-            self.completed = True
-            self.output = output
+
+        async def finish(conn: Connection) -> bool:
+            return self.id in await write_outcomes(self._db, [outcome], conn)
+
+        async with self._fenced(finish) as conn:
+            yield conn
+        self.completed = True
+        self.output = output

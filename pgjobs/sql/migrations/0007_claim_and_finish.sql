@@ -1,11 +1,15 @@
--- 0008: the claim and the finish cost the same with a backlog of a hundred or a million jobs,
--- whatever the table's statistics say.
+-- 0007: claim_jobs and finish_jobs, for concurrency and for large backlogs. Otherwise unchanged
+-- from 0002 (claim_jobs) and 0005 (finish_jobs).
 --
--- Both functions run with generic plans, made once per connection. Made before the jobs table
--- was analyzed (a fresh schema, or a server with autovacuum off, as on the VM these figures
--- come from), or after an ANALYZE that saw no pending job, they estimate one pending row and
--- (measured by `./run bench-sustained`: a 100,000-job backlog drained at ~380-1,200 jobs/s
--- instead of ~12,000):
+-- Lock order. finish_jobs locks its rows in id order before writing them, as the heartbeat
+-- does, so a worker's outcome batch and its heartbeat (or another batch) cannot deadlock on the
+-- same rows (found by the SIGKILL reliability scenario).
+--
+-- Plans that do not depend on statistics. Both functions run with generic plans, made once per
+-- connection. Made before the jobs table was analyzed (a fresh schema, or a server with
+-- autovacuum off, as on the VM these figures come from), or after an ANALYZE that saw no
+-- pending job, they estimate one pending row and (measured by `./run bench-sustained`: a
+-- 100,000-job backlog drained at ~380-1,200 jobs/s instead of ~12,000):
 --   * the claim picked through jobs_inflight_idx and sorted every pending job, instead of
 --     reading the first N entries of jobs_claim_idx, which is already in claim order;
 --   * the claim's and the finish's UPDATEs found their N rows by scanning jobs_inflight_idx
@@ -17,8 +21,7 @@
 -- claim discourages sorts, which leaves jobs_claim_idx for the pick. Sorts that cannot be
 -- avoided (the group-capped branch, merging several queues) still run: enable_sort only adds a
 -- cost penalty, a penalty that must not switch JIT compilation on (it would cost more than the
--- whole claim; JIT is never worth it for statements this small). Otherwise unchanged from 0002
--- (claim_jobs) and 0007 (finish_jobs).
+-- whole claim; JIT is never worth it for statements this small).
 
 CREATE OR REPLACE FUNCTION {schema}.claim_jobs(p_queues text[], p_kinds text[], p_limit int, p_lease float8)
 RETURNS SETOF {schema}.jobs LANGUAGE plpgsql
