@@ -162,6 +162,7 @@ async def test_process_step_jobs_with_waiting_children(opts: dict) -> None:
     children = Queue("step-children", opts)
     parent = await parents.add("parent", {"step": "initial"}, {"attempts": 1})
     done = asyncio.Event()
+    waiting = asyncio.Event()
     seen: list[tuple[str, int]] = []
 
     async def parent_process(job, token):
@@ -176,6 +177,7 @@ async def test_process_step_jobs_with_waiting_children(opts: dict) -> None:
             step = "second"
         if step == "second":
             if await job.moveToWaitingChildren(token):
+                waiting.set()
                 raise WaitingChildrenError()
             await job.updateData({"step": "finish"})
         return sum((await job.getChildrenValues()).values())
@@ -185,6 +187,9 @@ async def test_process_step_jobs_with_waiting_children(opts: dict) -> None:
 
     parent_worker = Worker("steps", parent_process, opts)
     parent_worker.on("completed", lambda job, result: done.set())
+    # The children run only once the parent waits for them: had they finished first,
+    # moveToWaitingChildren would rightly return False and the parent finish in one run.
+    await asyncio.wait_for(waiting.wait(), 30)
     child_worker = Worker("step-children", child_process, opts)
     await asyncio.wait_for(done.wait(), 30)
     await parent_worker.close()
