@@ -20,6 +20,8 @@ from pgjobs import (
     Registry,
     Status,
 )
+from pgjobs.completer import write_outcomes
+from pgjobs.outcomes import Outcome
 from tests.helpers import eventually
 
 
@@ -312,3 +314,27 @@ async def test_retention_remove_at_once_on_completion(jobs: JobQueue, kinds) -> 
     assert await jobs.get(gone.id) is None
     assert await jobs.get(dead_removed.id) is None
     assert await jobs.get(kept.id) is not None
+
+
+async def test_count_retention_holds_when_one_write_finishes_more_than_the_look_ahead(
+    jobs: JobQueue, kinds
+) -> None:
+    """A worker whose completer fell behind writes hundreds of outcomes in one statement: the
+    trim must remove as many old rows as that write added, not only its fixed look-ahead."""
+    first = await jobs.enqueue_many(
+        [JobSpec("x", {"n": i}, keep_completed=Keep(count=5)) for i in range(50)]
+    )
+    await jobs.worker().run(until_drained=True)  # a history of exactly 5
+    await jobs.enqueue_many(
+        [JobSpec("x", {"n": i}, keep_completed=Keep(count=5)) for i in range(400)]
+    )
+    claimed = await jobs.db.fetch("claim", ["default"], ["x"], 400, 30.0)
+    assert len(claimed) == 400
+    written = await write_outcomes(
+        jobs.db, [Outcome(r["id"], r["lock_token"], "completed") for r in claimed]
+    )
+    assert len(written) == 400
+    left = await jobs.db.pool.fetch(f"SELECT id FROM {jobs.schema}.jobs ORDER BY id")
+    newest = sorted(r["id"] for r in claimed)[-5:]
+    assert [r["id"] for r in left] == newest
+    assert all(r.id not in newest for r in first)

@@ -1,5 +1,6 @@
--- 0007: claim_jobs and finish_jobs, for concurrency and for large backlogs. Otherwise unchanged
--- from 0002 (claim_jobs) and 0005 (finish_jobs).
+-- 0007: claim_jobs and finish_jobs, for concurrency and for large backlogs; the count-retention
+-- trim keeps up with large outcome batches. Otherwise unchanged from 0002 (claim_jobs) and 0005
+-- (finish_jobs).
 --
 -- Lock order. finish_jobs locks its rows in id order before writing them, as the heartbeat
 -- does, so a worker's outcome batch and its heartbeat (or another batch) cannot deadlock on the
@@ -224,13 +225,16 @@ BEGIN
                           WHERE e.prerequisite_id = j.id AND d.status IN ('pending', 'running'));
     END IF;
     -- Retention {"count": n > 0}: trim the history of each (queue, status) just written to, as
-    -- BullMQ does at completion. Reads the newest n + 100 rows through jobs_finished_idx, so a
-    -- long history costs nothing; a larger excess is left to the GC.
+    -- BullMQ does at completion. Reads the newest n + w + 100 rows through jobs_finished_idx,
+    -- w being how many this call added: each call removes at least what it added (a worker
+    -- whose completer fell behind writes hundreds at once), plus up to 100 of an older excess
+    -- (left by concurrent calls that could not see each other's rows), so the history always
+    -- converges to n; a long history costs nothing, and a larger backlog is left to the GC.
     IF trim_queues IS NOT NULL THEN
         DELETE FROM {schema}.jobs j
         USING (
             SELECT t.id
-            FROM (SELECT u.q, u.s, max(u.k) AS k
+            FROM (SELECT u.q, u.s, max(u.k) AS k, count(*)::int AS w
                   FROM unnest(trim_queues, trim_states, trim_keep) AS u(q, s, k)
                   GROUP BY u.q, u.s) g,
             LATERAL (
@@ -240,7 +244,7 @@ BEGIN
                       FROM {schema}.jobs h
                       WHERE h.queue = g.q AND h.status = g.s AND h.finished_at IS NOT NULL
                       ORDER BY h.finished_at DESC, h.id DESC
-                      LIMIT g.k + 100) newest
+                      LIMIT g.k + g.w + 100) newest
             ) t
             WHERE t.keep IS NOT NULL AND t.rank > t.keep
         ) doomed
