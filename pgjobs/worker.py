@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +34,9 @@ DEFAULT_POLL_SECONDS = 1.0
 """Safety-net poll when no notification arrives (notifications normally wake within ms)."""
 DEFAULT_SHUTDOWN_SECONDS = 30.0
 RESCUE_BATCH = 1000
+CLAIM_AHEAD_BELOW_SECONDS = 0.05
+"""A worker claims ahead of its free slots only while its handlers take less than this on
+average: a job claimed ahead waits for a slot, and that wait must stay short."""
 
 
 WorkerEvent = str
@@ -63,6 +68,13 @@ class Worker:
     renewed; every write about a running job is fenced by its claim's lock token; a job
     whose worker dies is rescued after ``lease`` seconds; ``stop()`` lets in-flight handlers
     finish up to a timeout and puts the rest back to pending without using an attempt.
+
+    Claiming ahead: while handlers are short (under ``CLAIM_AHEAD_BELOW_SECONDS`` on
+    average), each claim also takes up to ``claim_ahead`` jobs (default: ``concurrency``) to
+    start as slots free, so that short jobs are claimed in larger batches. They are leased and
+    heartbeated like running ones and given back (pending, attempt refunded) on ``stop()`` and
+    ``pause()``; queues with a concurrency cap or a rate limit are never claimed ahead.
+    ``claim_ahead=0`` turns it off.
     """
 
     def __init__(
@@ -78,6 +90,7 @@ class Worker:
         poll_interval: float = DEFAULT_POLL_SECONDS,
         shutdown_timeout: float = DEFAULT_SHUTDOWN_SECONDS,
         on_event: EventListener | None = None,
+        claim_ahead: int | None = None,
     ) -> None:
         handled = [kind for kind in registry if kind.handler is not None]
         if not handled:
@@ -91,6 +104,9 @@ class Worker:
             )
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidOption("concurrency", f"must be an integer >= 1, got {concurrency!r}")
+        claim_ahead = concurrency if claim_ahead is None else claim_ahead
+        if isinstance(claim_ahead, bool) or not isinstance(claim_ahead, int) or claim_ahead < 0:
+            raise InvalidOption("claim_ahead", f"must be an integer >= 0, got {claim_ahead!r}")
         if not lease > 0:
             raise InvalidOption("lease", f"must be > 0 seconds, got {lease!r}")
         heartbeat_interval = lease / 3 if heartbeat_interval is None else heartbeat_interval
@@ -102,6 +118,7 @@ class Worker:
         self._kinds: dict[str, Kind[Any]] = {kind.name: kind for kind in handled}
         self._kind_names = sorted(self._kinds)
         self.concurrency = concurrency
+        self.claim_ahead = claim_ahead
         self.lease = float(lease)
         self.heartbeat_interval = float(heartbeat_interval)
         self.rescue_interval = float(
@@ -115,6 +132,8 @@ class Worker:
         self._stopping = asyncio.Event()
         self._paused = False
         self._running: dict[int, tuple[JobContext, asyncio.Task[None]]] = {}
+        self._ahead: deque[tuple[JobContext, asyncpg.Record]] = deque()  # claimed, not started
+        self._handler_seconds: float | None = None  # moving average of handler run times
         self._tasks: set[asyncio.Task[None]] = set()
         self._releasing = False
         self._completer = Completer(db, self._lost)
@@ -142,6 +161,7 @@ class Worker:
         finally:
             for task in side_loops:
                 task.cancel()
+            await self._release_ahead()
             await self._drain_running()
             for task in side_loops:
                 with contextlib.suppress(asyncio.CancelledError):
@@ -169,6 +189,7 @@ class Worker:
         """Stop claiming (running handlers go on); with ``wait_for_running``, return once they
         have all finished. Queue-wide pausing is ``JobQueue.pause``."""
         self._paused = True
+        await self._release_ahead()
         if wait_for_running:
             while self._tasks:
                 await asyncio.gather(*list(self._tasks), return_exceptions=True)
@@ -192,16 +213,18 @@ class Worker:
         failures = 0
         while not self._stopping.is_set():
             self._wake.clear()
-            free = self.concurrency - len(self._running)
             if self._paused:
+                await self._release_ahead()
                 await self._wake.wait()
                 continue
-            if free <= 0:
+            self._start_ahead()
+            free = self.concurrency - len(self._running)
+            if free <= 0:  # a slot frees only with an empty buffer: claims refill it whole
                 await self._wake.wait()
                 continue
             try:
                 rows = await self._db.fetch(
-                    "claim", self.queues, self._kind_names, free, self.lease
+                    "claim", self.queues, self._kind_names, free, self.lease, self._ahead_wanted()
                 )
                 sleep = self.poll_interval
                 if len(rows) < free:
@@ -226,20 +249,45 @@ class Worker:
                 logger.exception("claim failed unexpectedly; retrying in %.1fs", sleep)
                 rows = []
             for row in sorted(rows, key=lambda r: (-r["priority"], r["run_at"], r["id"])):
-                self._spawn(row)
-            if len(rows) == free:
+                self.stats.claimed += 1
+                self._ahead.append((JobContext(self._db, row, self.lease), row))
+            self._start_ahead()
+            if len(rows) >= free:
                 continue
             if self._running or sleep > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=sleep if sleep > 0 else None)
 
-    def _spawn(self, row: asyncpg.Record) -> None:
-        self.stats.claimed += 1
-        ctx = JobContext(self._db, row, self.lease)
-        task = asyncio.create_task(self._execute(ctx, row), name=f"pgjobs-job-{ctx.id}")
-        self._running[ctx.id] = (ctx, task)
-        self._tasks.add(task)
-        task.add_done_callback(self._job_done)
+    def _ahead_wanted(self) -> int:
+        """How many jobs to claim beyond the free slots: none until handlers are known short."""
+        average = self._handler_seconds
+        if average is None or average >= CLAIM_AHEAD_BELOW_SECONDS:
+            return 0
+        return self.claim_ahead
+
+    def _start_ahead(self) -> None:
+        """Start claimed jobs, best first, while slots are free."""
+        while self._ahead and len(self._running) < self.concurrency:
+            ctx, row = self._ahead.popleft()
+            task = asyncio.create_task(self._execute(ctx, row), name=f"pgjobs-job-{ctx.id}")
+            self._running[ctx.id] = (ctx, task)
+            self._tasks.add(task)
+            task.add_done_callback(self._job_done)
+
+    async def _release_ahead(self) -> None:
+        """Give back the jobs claimed but not started: pending again, attempt refunded (a
+        failed write leaves them to lease expiry)."""
+        ahead, self._ahead = self._ahead, deque()
+        if ahead:
+            await asyncio.gather(
+                *(
+                    self._completer.submit(
+                        Outcome(ctx.id, ctx.lock_token, "pending", refund_attempt=1)
+                    )
+                    for ctx, _ in ahead
+                ),
+                return_exceptions=True,
+            )
 
     def _job_done(self, task: asyncio.Task[None]) -> None:
         """A job's task ended (its outcome written). Once every task has, an until-drained run
@@ -271,6 +319,7 @@ class Worker:
         outcome: Outcome | None
         if self._on_event is not None:
             self._emit("active", ctx, {})
+        started = time.monotonic()
         try:
             outcome = await runner.run(kind, row["payload"], row["backoff"], ctx)
         except asyncio.CancelledError:
@@ -281,6 +330,9 @@ class Worker:
                 else Outcome(ctx.id, ctx.lock_token, "pending", refund_attempt=1)
             )
         finally:
+            took = time.monotonic() - started
+            average = self._handler_seconds
+            self._handler_seconds = took if average is None else 0.9 * average + 0.1 * took
             self._running.pop(ctx.id, None)
             self._wake.set()
         if outcome is None:
@@ -342,14 +394,15 @@ class Worker:
     async def _heartbeat_loop(self) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_interval)
-            held = [(c, t) for c, t in self._running.values() if not c.completed]
+            held = [c for c, _ in self._running.values() if not c.completed]
+            held += [c for c, _ in self._ahead]
             if not held:
                 continue
             try:
                 rows = await self._db.fetch(
                     "heartbeat_relaxed",
-                    [c.id for c, _ in held],
-                    [c.lock_token for c, _ in held],
+                    [c.id for c in held],
+                    [c.lock_token for c in held],
                     self.lease,
                 )
             except TRANSIENT_ERRORS as exc:
@@ -359,13 +412,21 @@ class Worker:
                 logger.exception("heartbeat failed unexpectedly; will retry")
                 continue
             owned = {row["id"] for row in rows}
-            for ctx, task in held:
-                if ctx.id not in owned and ctx.id in self._running:
+            for ctx in held:
+                if ctx.id in owned:
+                    continue
+                running = self._running.get(ctx.id)
+                if running is not None and running[0] is ctx:
                     ctx.lost = True
                     logger.warning(
                         "job %s: lost ownership (taken over); stopping its handler", ctx.id
                     )
-                    task.cancel()
+                    running[1].cancel()
+                elif any(item[0] is ctx for item in self._ahead):  # claimed ahead: forget it
+                    ctx.lost = True
+                    self._ahead = deque(item for item in self._ahead if item[0] is not ctx)
+                    self.stats.lost += 1
+                    logger.warning("job %s: lost ownership before it started", ctx.id)
 
     async def _rescue_loop(self) -> None:
         while True:

@@ -68,8 +68,9 @@ FROM src LEFT JOIN ins ON ins.id = src.id
 ORDER BY src.ord;
 
 -- name: claim
--- Take up to $3 due jobs of queues $1 and kinds $2, best first, for a lease of $4 seconds,
--- honouring pause, concurrency caps and rate limits (see claim_jobs in migration 0002). Each
+-- Take up to $3 due jobs of queues $1 and kinds $2 (plus up to $5 more to start later, from
+-- queues without caps or rate limits), best first, for a lease of $4 seconds, honouring pause,
+-- concurrency caps and rate limits (see claim_jobs in migrations 0002 and 0007). Each
 -- queue is read through jobs_claim_idx with an equality on queue, so the cost does not grow
 -- with the backlog; SKIP LOCKED lets concurrent claimers take disjoint rows without waiting.
 -- The claim commits without waiting for the WAL flush (synchronous_commit off for this
@@ -80,7 +81,7 @@ SELECT c.id, c.queue, c.kind, c.name, c.payload, c.priority, c.run_at, c.attempt
        c.max_attempts, c.deferrals, c.max_deferrals, c.backoff, c.lock_token, c.tenant,
        c.metadata, c.flow_id, c.progress, c.job_key, c.created_at
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
-     LATERAL {schema}.claim_jobs($1::text[], $2::text[], $3::int, $4::float8) AS c;
+     LATERAL {schema}.claim_jobs($1::text[], $2::text[], $3::int, $4::float8, $5::int) AS c;
 
 -- name: idle_state
 -- For a worker that claimed less than it asked: seconds (by the database clock) until it is

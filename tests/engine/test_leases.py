@@ -395,7 +395,7 @@ async def test_a_rescued_job_keeps_its_place_in_the_queue(
 
     await jobs.enqueue("ordered", {"n": 1})
     # A worker claimed it and died: the row stays running until its (tiny) lease is over.
-    assert len(await jobs.db.fetch("claim", ["default"], ["ordered"], 1, 0.001)) == 1
+    assert len(await jobs.db.fetch("claim", ["default"], ["ordered"], 1, 0.001, 0)) == 1
     await jobs.enqueue_many([JobSpec("ordered", {"n": n}) for n in (2, 3)])
     rescued = await jobs.db.fetch("rescue_stalled", 100, notify_channel(jobs.schema))
     assert [r["status"] for r in rescued] == ["pending"]

@@ -87,13 +87,14 @@ async def _claim_buffers(jobs: JobQueue, backlog: int, plan_mode: str) -> int:
         await tx.start()
         await conn.execute(f"SET LOCAL plan_cache_mode = {plan_mode}")
         for _ in range(6):  # past the point where cached plans may turn generic
-            await conn.fetch(jobs.db.statements["claim"], ["q"], ["k"], 10, 30.0)
+            await conn.fetch(jobs.db.statements["claim"], ["q"], ["k"], 10, 30.0, 0)
         plan = await conn.fetchval(
             "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + jobs.db.statements["claim"],
             ["q", "r"],
             ["k"],
             10,
             30.0,
+            0,
         )
         await tx.rollback()
     top = json.loads(plan)[0]["Plan"]

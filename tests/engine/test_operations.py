@@ -328,7 +328,7 @@ async def test_count_retention_holds_when_one_write_finishes_more_than_the_look_
     await jobs.enqueue_many(
         [JobSpec("x", {"n": i}, keep_completed=Keep(count=5)) for i in range(400)]
     )
-    claimed = await jobs.db.fetch("claim", ["default"], ["x"], 400, 30.0)
+    claimed = await jobs.db.fetch("claim", ["default"], ["x"], 400, 30.0, 0)
     assert len(claimed) == 400
     written = await write_outcomes(
         jobs.db, [Outcome(r["id"], r["lock_token"], "completed") for r in claimed]

@@ -16,7 +16,7 @@ class Item(pydantic.BaseModel):
 
 
 async def claim(jobs: JobQueue, queue: str, kinds: list[str], n: int = 10) -> list[int]:
-    rows = await jobs.db.fetch("claim", [queue], kinds, n, 30.0)
+    rows = await jobs.db.fetch("claim", [queue], kinds, n, 30.0, 0)
     return [row["id"] for row in rows]
 
 

@@ -1,6 +1,6 @@
--- 0007: claim_jobs and finish_jobs, for concurrency and for large backlogs; the count-retention
--- trim keeps up with large outcome batches. Otherwise unchanged from 0002 (claim_jobs) and 0005
--- (finish_jobs).
+-- 0007: claim_jobs and finish_jobs, for concurrency and for large backlogs; claiming ahead of
+-- free slots; the count-retention trim keeps up with large outcome batches. Otherwise unchanged
+-- from 0002 (claim_jobs) and 0005 (finish_jobs).
 --
 -- Lock order. finish_jobs locks its rows in id order before writing them, as the heartbeat
 -- does, so a worker's outcome batch and its heartbeat (or another batch) cannot deadlock on the
@@ -24,8 +24,13 @@
 -- cost penalty, a penalty that must not switch JIT compilation on (it would cost more than the
 -- whole claim; JIT is never worth it for statements this small).
 
-CREATE OR REPLACE FUNCTION {schema}.claim_jobs(p_queues text[], p_kinds text[], p_limit int, p_lease float8)
-RETURNS SETOF {schema}.jobs LANGUAGE plpgsql
+-- Claiming ahead. p_ahead more jobs than the p_limit free slots may be taken, from queues without
+-- a concurrency cap or a rate limit only: a worker buffers them and starts them as its slots free
+-- (larger claims for short jobs), and a capped queue's allowance is never parked in a buffer.
+DROP FUNCTION {schema}.claim_jobs(text[], text[], int, float8);
+CREATE FUNCTION {schema}.claim_jobs(
+    p_queues text[], p_kinds text[], p_limit int, p_lease float8, p_ahead int
+) RETURNS SETOF {schema}.jobs LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
     s        record;
@@ -47,8 +52,9 @@ BEGIN
         ORDER BY q.queue
     LOOP
         CONTINUE WHEN s.paused OR (s.limited_until IS NOT NULL AND s.limited_until > now());
-        allow := p_limit;
+        allow := p_limit + p_ahead;
         IF s.limited THEN
+            allow := p_limit;
             -- Serialise claimers of this queue; re-read the row after waiting for it.
             SELECT * INTO s FROM (
                 SELECT qs.queue, qs.paused, qs.limited_until, qs.concurrency, qs.group_concurrency,
@@ -121,7 +127,7 @@ BEGIN
             LIMIT q.allow
         ) g
         ORDER BY 2 DESC, 3, 1
-        LIMIT p_limit
+        LIMIT p_limit + p_ahead
     ) x;
 
     IF cardinality(picked) = 0 THEN
@@ -256,6 +262,6 @@ BEGIN
 END
 $fn$;
 
-ALTER FUNCTION {schema}.claim_jobs(text[], text[], int, float8) SET enable_sort = off SET jit = off;
+ALTER FUNCTION {schema}.claim_jobs(text[], text[], int, float8, int) SET enable_sort = off SET jit = off;
 ALTER FUNCTION {schema}.finish_jobs(bigint[], uuid[], text[], text[], float8[], text[], int[],
                                     int[], text) SET jit = off;

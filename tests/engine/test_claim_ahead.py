@@ -1,0 +1,139 @@
+"""Claiming ahead: a worker with short handlers claims more than its free slots, keeps those
+jobs leased until it starts them, and gives them back untouched on stop, pause or loss."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pydantic
+import pytest
+
+from pgjobs import InvalidOption, JobContext, JobQueue, JobSpec, Registry
+from pgjobs.worker import Worker
+from tests.helpers import eventually
+
+
+class Item(pydantic.BaseModel):
+    n: int = 0
+
+
+async def claim(jobs: JobQueue, queue: str, free: int, ahead: int) -> int:
+    return len(await jobs.db.fetch("claim", [queue], ["k"], free, 30.0, ahead))
+
+
+async def rows(jobs: JobQueue, ids: list[int]) -> dict[int, tuple[str, int]]:
+    found = await jobs.db.pool.fetch(
+        f"SELECT id, status, attempts FROM {jobs.schema}.jobs WHERE id = ANY($1)", ids
+    )
+    return {r["id"]: (r["status"], r["attempts"]) for r in found}
+
+
+async def test_the_claim_takes_ahead_only_from_queues_without_caps_or_rate_limits(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    registry.declare("k", input=Item)
+    for queue in ("free", "capped", "limited"):
+        await jobs.enqueue_many([JobSpec("k", {"n": i}, queue=queue) for i in range(20)])
+    await jobs.set_concurrency("capped", 10)
+    await jobs.set_rate_limit("limited", 10, 60.0)
+    assert await claim(jobs, "free", 2, 5) == 7
+    assert await claim(jobs, "capped", 2, 5) == 2
+    assert await claim(jobs, "limited", 2, 5) == 2
+
+
+async def test_short_handlers_claim_ahead_and_stop_gives_back_what_never_started(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    seen: list[int] = []
+    release = asyncio.Event()
+
+    @registry.kind("k", input=Item)
+    async def k(ctx: JobContext, item: Item) -> None:
+        seen.append(item.n)
+        if item.n == 1:
+            await release.wait()
+
+    ids = [r.id for r in await jobs.enqueue_many([JobSpec("k", {"n": i}) for i in range(6)])]
+    worker = jobs.worker(concurrency=1, claim_ahead=3)
+    worker.start()
+    # Job 0 is claimed alone (handler times unknown yet) and is short: the next claim takes
+    # job 1 for the free slot and jobs 2-4 ahead, all leased; job 1 then holds the only slot.
+    await eventually(lambda: claimed(worker, 5))
+    assert seen == [0, 1]
+    assert await rows(jobs, ids[2:5]) == {i: ("running", 1) for i in ids[2:5]}
+    stopping = asyncio.create_task(worker.stop())
+    # Stopping gives the claimed-ahead jobs back at once, their attempt refunded, while the
+    # running one is let finish.
+    await eventually(lambda: all_pending_unused(jobs, ids[2:5]))
+    release.set()
+    await stopping
+    assert seen == [0, 1]
+    assert await rows(jobs, ids[:2]) == {ids[0]: ("completed", 1), ids[1]: ("completed", 1)}
+    assert await rows(jobs, ids[2:]) == {i: ("pending", 0) for i in ids[2:]}
+
+
+async def test_jobs_claimed_ahead_are_heartbeated_dropped_when_cancelled_and_released_on_pause(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    seen: list[int] = []
+    release = asyncio.Event()
+
+    @registry.kind("k", input=Item)
+    async def k(ctx: JobContext, item: Item) -> None:
+        seen.append(item.n)
+        if item.n == 1:
+            await release.wait()
+
+    ids = [r.id for r in await jobs.enqueue_many([JobSpec("k", {"n": i}) for i in range(4)])]
+    worker = jobs.worker(concurrency=1, claim_ahead=2, lease=1.0, heartbeat_interval=0.1)
+    worker.start()
+    await eventually(lambda: claimed(worker, 4))  # job 1 runs; jobs 2 and 3 wait in the buffer
+    # Their leases are renewed like the running job's: a 1 s lease outlives its first second.
+    await eventually(lambda: renewed_past_claim(jobs, ids[3], 1.0), timeout=30)
+    # A job cancelled while it waits is dropped by the next heartbeat and never runs.
+    assert await jobs.cancel(ids[2])
+    await eventually(lambda: asyncio.sleep(0, worker.stats.lost == 1))
+    # Pausing gives the rest back untouched.
+    await worker.pause(wait_for_running=False)
+    assert await rows(jobs, [ids[3]]) == {ids[3]: ("pending", 0)}
+    release.set()
+    worker.resume()
+    await eventually(lambda: asyncio.sleep(0, seen == [0, 1, 3]))
+    await worker.stop()
+    assert await rows(jobs, ids) == {
+        ids[0]: ("completed", 1),
+        ids[1]: ("completed", 1),
+        ids[2]: ("cancelled", 1),
+        ids[3]: ("completed", 1),
+    }
+
+
+def test_claim_ahead_must_be_a_non_negative_integer(jobs: JobQueue, registry: Registry) -> None:
+    @registry.kind("h", input=Item)
+    async def h(ctx: JobContext, item: Item) -> None:
+        return None
+
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(InvalidOption, match="claim_ahead") as caught:
+            jobs.worker(claim_ahead=bad)
+        assert caught.value.option == "claim_ahead"
+
+
+async def claimed(worker: Worker, n: int) -> bool:
+    return worker.stats.claimed == n
+
+
+async def all_pending_unused(jobs: JobQueue, ids: list[int]) -> bool:
+    return set((await rows(jobs, ids)).values()) == {("pending", 0)}
+
+
+async def renewed_past_claim(jobs: JobQueue, job_id: int, lease: float) -> bool:
+    """The job's lease now ends more than ``lease`` seconds after it was claimed."""
+    return bool(
+        await jobs.db.pool.fetchval(
+            f"SELECT locked_until > started_at + make_interval(secs => $2)"
+            f" FROM {jobs.schema}.jobs WHERE id = $1",
+            job_id,
+            lease,
+        )
+    )
