@@ -156,18 +156,23 @@ def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
     name = spec.name if spec.name is not None else kind.label(typed)
     group_key = spec.group_key if spec.group_key is not None else kind.group(typed)
     return PreparedJob(
-        queue=options.queue(spec.queue if spec.queue is not None else kind.queue),
+        # The kind's own settings were validated when it was declared.
+        queue=kind.queue if spec.queue is None else options.queue(spec.queue),
         kind=kind.name,
         name=options.text("name", name, optional=False) or "",
         payload=payload,
-        priority=options.priority(spec.priority if spec.priority is not None else kind.priority),
+        priority=kind.priority if spec.priority is None else options.priority(spec.priority),
         run_at=run_at,
         delay=options.delay_seconds(spec.delay),
-        max_attempts=options.max_attempts(
-            spec.max_attempts if spec.max_attempts is not None else kind.max_attempts
+        max_attempts=(
+            kind.max_attempts
+            if spec.max_attempts is None
+            else options.max_attempts(spec.max_attempts)
         ),
-        max_deferrals=options.max_deferrals(
-            spec.max_deferrals if spec.max_deferrals is not None else kind.max_deferrals
+        max_deferrals=(
+            kind.max_deferrals
+            if spec.max_deferrals is None
+            else options.max_deferrals(spec.max_deferrals)
         ),
         backoff=_backoff_text(spec.backoff if spec.backoff is not None else kind.backoff),
         dedup_key=None if hold is not None else dedup_key,

@@ -67,13 +67,18 @@ def non_finite(value: Any, path: str = "") -> NotJson | None:
     return None
 
 
+def jsonb_unsafe(text: str) -> bool:
+    """Whether JSON ``text`` holds what jsonb rejects: an escaped NUL, a NUL or a lone surrogate."""
+    return "\\u0000" in text or _JSONB_UNSAFE.search(text) is not None
+
+
 def dumps(value: Any) -> str:
     """Encode ``value`` as compact JSON that jsonb will store unchanged, or raise NotJson."""
     try:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError):
         text = None
-    if text is None or "\\u0000" in text or _JSONB_UNSAFE.search(text):
+    if text is None or jsonb_unsafe(text):
         problem = _locate(value, "")
         if problem is not None:
             raise problem

@@ -93,6 +93,17 @@ class Kind(Generic[InputT]):
     def encode(self, value: InputT) -> str:
         """The typed input as jsonb-safe JSON text."""
         try:
+            text = self.adapter.dump_json(value).decode()
+        except pydantic_core.PydanticSerializationError:
+            text = None
+        # pydantic writes NaN and infinities as null, and NUL as an escape jsonb refuses: text
+        # with neither is the answer; otherwise the careful path finds and names the field.
+        if text is not None and "null" not in text and not jsonvalue.jsonb_unsafe(text):
+            return text
+        return self._encode_carefully(value)
+
+    def _encode_carefully(self, value: InputT) -> str:
+        try:
             plain = self.adapter.dump_python(value, mode="json")
         except pydantic_core.PydanticSerializationError as exc:
             raise InvalidJobInput(self.name, "", f"not JSON-serialisable: {exc}") from None
