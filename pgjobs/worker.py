@@ -219,7 +219,7 @@ class Worker:
                 continue
             self._start_ahead()
             free = self.concurrency - len(self._running)
-            if free <= 0:  # a slot frees only with an empty buffer: claims refill it whole
+            if free <= 0:  # every slot busy; a claim comes only once the buffer is empty
                 await self._wake.wait()
                 continue
             try:
