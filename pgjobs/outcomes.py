@@ -56,7 +56,8 @@ OutcomeStatus = Literal["completed", "pending", "dead"]
 class Outcome:
     """What the worker writes for one finished handler run, fenced by ``lock_token``.
 
-    ``delay`` (seconds from the database's now) applies when going back to ``pending``.
+    ``delay`` (seconds from the database's now) applies when going back to ``pending``; None
+    keeps the job's due time, so a job given back unrun keeps its place in the queue.
     ``refund_attempt`` is 1 for a deferral (the claim's attempt is given back) and
     ``deferred`` is 1 when a deferral is counted.
     """
@@ -65,7 +66,7 @@ class Outcome:
     lock_token: Any
     status: OutcomeStatus
     output_json: str | None = None
-    delay: float = 0.0
+    delay: float | None = 0.0
     error_json: str | None = None
     refund_attempt: int = 0
     deferred: int = 0

@@ -67,14 +67,15 @@ class Worker:
     Guarantees: a job is run by at most one worker at a time as long as its lease is
     renewed; every write about a running job is fenced by its claim's lock token; a job
     whose worker dies is rescued after ``lease`` seconds; ``stop()`` lets in-flight handlers
-    finish up to a timeout and puts the rest back to pending without using an attempt.
+    finish up to a timeout and puts the rest back to pending without using an attempt, in
+    their place in the queue.
 
     Claiming ahead: while handlers are short (under ``CLAIM_AHEAD_BELOW_SECONDS`` on
     average), each claim also takes up to ``claim_ahead`` jobs (default: ``concurrency``) to
     start as slots free, so that short jobs are claimed in larger batches. They are leased and
-    heartbeated like running ones and given back (pending, attempt refunded) on ``stop()`` and
-    ``pause()``; queues with a concurrency cap or a rate limit are never claimed ahead.
-    ``claim_ahead=0`` turns it off.
+    heartbeated like running ones and given back (pending, attempt refunded, place kept) on
+    ``stop()`` and ``pause()``; queues with a concurrency cap or a rate limit are never claimed
+    ahead. ``claim_ahead=0`` turns it off.
     """
 
     def __init__(
@@ -176,7 +177,8 @@ class Worker:
 
     async def stop(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Stop claiming; let running handlers finish for up to ``timeout`` seconds (default
-        ``shutdown_timeout``), then put the rest back to pending without using an attempt."""
+        ``shutdown_timeout``), then put the rest back to pending without using an attempt
+        (keeping their place in the queue)."""
         if timeout is not None:
             self.shutdown_timeout = timeout
         self._stopping.set()
@@ -282,7 +284,7 @@ class Worker:
             await asyncio.gather(
                 *(
                     self._completer.submit(
-                        Outcome(ctx.id, ctx.lock_token, "pending", refund_attempt=1)
+                        Outcome(ctx.id, ctx.lock_token, "pending", delay=None, refund_attempt=1)
                     )
                     for ctx, _ in ahead
                 ),
@@ -327,7 +329,7 @@ class Worker:
             outcome = (
                 None
                 if ctx.lost or not self._releasing
-                else Outcome(ctx.id, ctx.lock_token, "pending", refund_attempt=1)
+                else Outcome(ctx.id, ctx.lock_token, "pending", delay=None, refund_attempt=1)
             )
         finally:
             took = time.monotonic() - started

@@ -54,6 +54,7 @@ async def test_short_handlers_claim_ahead_and_stop_gives_back_what_never_started
             await release.wait()
 
     ids = [r.id for r in await jobs.enqueue_many([JobSpec("k", {"n": i}) for i in range(6)])]
+    due = await due_times(jobs, ids)
     worker = jobs.worker(concurrency=1, claim_ahead=3)
     worker.start()
     # Job 0 is claimed alone (handler times unknown yet) and is short: the next claim takes
@@ -70,6 +71,8 @@ async def test_short_handlers_claim_ahead_and_stop_gives_back_what_never_started
     assert seen == [0, 1]
     assert await rows(jobs, ids[:2]) == {ids[0]: ("completed", 1), ids[1]: ("completed", 1)}
     assert await rows(jobs, ids[2:]) == {i: ("pending", 0) for i in ids[2:]}
+    # ...and keeps its place in the queue: its due time is the one it was enqueued with.
+    assert await due_times(jobs, ids[2:]) == {i: due[i] for i in ids[2:]}
 
 
 async def test_jobs_claimed_ahead_are_heartbeated_dropped_when_cancelled_and_released_on_pause(
@@ -117,6 +120,13 @@ def test_claim_ahead_must_be_a_non_negative_integer(jobs: JobQueue, registry: Re
         with pytest.raises(InvalidOption, match="claim_ahead") as caught:
             jobs.worker(claim_ahead=bad)
         assert caught.value.option == "claim_ahead"
+
+
+async def due_times(jobs: JobQueue, ids: list[int]) -> dict[int, object]:
+    found = await jobs.db.pool.fetch(
+        f"SELECT id, run_at FROM {jobs.schema}.jobs WHERE id = ANY($1)", ids
+    )
+    return {r["id"]: r["run_at"] for r in found}
 
 
 async def claimed(worker: Worker, n: int) -> bool:

@@ -186,6 +186,9 @@ async def test_graceful_stop_finishes_in_flight_then_releases_the_rest(
 
     quick_job = await jobs.enqueue("quick", {})
     stuck_job = await jobs.enqueue("stuck", {})
+    before = await jobs.get(stuck_job.id)
+    assert before is not None
+    stuck_due = before.run_at
     worker = jobs.worker(concurrency=2)
     worker.start()
     await asyncio.wait_for(asyncio.gather(quick_started.wait(), stuck_started.wait()), 20)
@@ -197,6 +200,7 @@ async def test_graceful_stop_finishes_in_flight_then_releases_the_rest(
     assert quick_row is not None and quick_row.status is Status.COMPLETED
     assert stuck_row is not None and stuck_row.status is Status.PENDING
     assert stuck_row.attempts == 0  # released without using an attempt
+    assert stuck_row.run_at == stuck_due  # and in its place in the queue
 
 
 async def test_rescue_kills_a_job_on_its_last_attempt(jobs: JobQueue, registry: Registry) -> None:

@@ -1,6 +1,7 @@
 -- 0007: claim_jobs and finish_jobs, for concurrency and for large backlogs; claiming ahead of
--- free slots; the count-retention trim keeps up with large outcome batches. Otherwise unchanged
--- from 0002 (claim_jobs) and 0005 (finish_jobs).
+-- free slots; the count-retention trim keeps up with large outcome batches; a job given back
+-- without a delay keeps its due time. Otherwise unchanged from 0002 (claim_jobs) and 0005
+-- (finish_jobs).
 --
 -- Lock order. finish_jobs locks its rows in id order before writing them, as the heartbeat
 -- does, so a worker's outcome batch and its heartbeat (or another batch) cannot deadlock on the
@@ -182,7 +183,8 @@ BEGIN
         UPDATE {schema}.jobs j
         SET status = f.status,
             output = CASE WHEN f.status = 'completed' THEN f.output::jsonb ELSE j.output END,
-            run_at = CASE WHEN f.status = 'pending' THEN now() + make_interval(secs => f.delay)
+            run_at = CASE WHEN f.status = 'pending'  -- a NULL delay keeps the due time
+                          THEN coalesce(now() + make_interval(secs => f.delay), j.run_at)
                           ELSE j.run_at END,
             last_error = coalesce(f.error::jsonb, j.last_error),
             attempts = j.attempts - f.refund,
