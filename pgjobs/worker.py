@@ -282,12 +282,7 @@ class Worker:
         ahead, self._ahead = self._ahead, deque()
         if ahead:
             await asyncio.gather(
-                *(
-                    self._completer.submit(
-                        Outcome(ctx.id, ctx.lock_token, "pending", delay=None, refund_attempt=1)
-                    )
-                    for ctx, _ in ahead
-                ),
+                *(self._completer.submit(_given_back(ctx)) for ctx, _ in ahead),
                 return_exceptions=True,
             )
 
@@ -326,11 +321,7 @@ class Worker:
             outcome = await runner.run(kind, row["payload"], row["backoff"], ctx)
         except asyncio.CancelledError:
             # Cancelled by stop() past its timeout (release it) or by a lost heartbeat (drop it).
-            outcome = (
-                None
-                if ctx.lost or not self._releasing
-                else Outcome(ctx.id, ctx.lock_token, "pending", delay=None, refund_attempt=1)
-            )
+            outcome = None if ctx.lost or not self._releasing else _given_back(ctx)
         finally:
             took = time.monotonic() - started
             average = self._handler_seconds
@@ -458,6 +449,11 @@ class Worker:
             except Exception:
                 logger.exception("stalled-job rescue failed unexpectedly; will retry")
             await asyncio.sleep(self.rescue_interval)
+
+
+def _given_back(ctx: JobContext) -> Outcome:
+    """A job handed back unrun or unfinished: pending in its place, its attempt refunded."""
+    return Outcome(ctx.id, ctx.lock_token, "pending", delay=None, refund_attempt=1)
 
 
 def _event_of(outcome: Outcome) -> WorkerEvent:

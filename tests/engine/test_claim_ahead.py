@@ -28,6 +28,21 @@ async def rows(jobs: JobQueue, ids: list[int]) -> dict[int, tuple[str, int]]:
     return {r["id"]: (r["status"], r["attempts"]) for r in found}
 
 
+@pytest.fixture
+def job_one_blocks(registry: Registry) -> tuple[list[int], asyncio.Event]:
+    """Kind "k": records each input's n; the job with n == 1 waits until the event is set."""
+    seen: list[int] = []
+    release = asyncio.Event()
+
+    @registry.kind("k", input=Item)
+    async def k(ctx: JobContext, item: Item) -> None:
+        seen.append(item.n)
+        if item.n == 1:
+            await release.wait()
+
+    return seen, release
+
+
 async def test_the_claim_takes_ahead_only_from_queues_without_caps_or_rate_limits(
     jobs: JobQueue, registry: Registry
 ) -> None:
@@ -42,17 +57,9 @@ async def test_the_claim_takes_ahead_only_from_queues_without_caps_or_rate_limit
 
 
 async def test_short_handlers_claim_ahead_and_stop_gives_back_what_never_started(
-    jobs: JobQueue, registry: Registry
+    jobs: JobQueue, job_one_blocks: tuple[list[int], asyncio.Event]
 ) -> None:
-    seen: list[int] = []
-    release = asyncio.Event()
-
-    @registry.kind("k", input=Item)
-    async def k(ctx: JobContext, item: Item) -> None:
-        seen.append(item.n)
-        if item.n == 1:
-            await release.wait()
-
+    seen, release = job_one_blocks
     ids = [r.id for r in await jobs.enqueue_many([JobSpec("k", {"n": i}) for i in range(6)])]
     due = await due_times(jobs, ids)
     worker = jobs.worker(concurrency=1, claim_ahead=3)
@@ -76,17 +83,9 @@ async def test_short_handlers_claim_ahead_and_stop_gives_back_what_never_started
 
 
 async def test_jobs_claimed_ahead_are_heartbeated_dropped_when_cancelled_and_released_on_pause(
-    jobs: JobQueue, registry: Registry
+    jobs: JobQueue, job_one_blocks: tuple[list[int], asyncio.Event]
 ) -> None:
-    seen: list[int] = []
-    release = asyncio.Event()
-
-    @registry.kind("k", input=Item)
-    async def k(ctx: JobContext, item: Item) -> None:
-        seen.append(item.n)
-        if item.n == 1:
-            await release.wait()
-
+    seen, release = job_one_blocks
     ids = [r.id for r in await jobs.enqueue_many([JobSpec("k", {"n": i}) for i in range(4)])]
     worker = jobs.worker(concurrency=1, claim_ahead=2, lease=1.0, heartbeat_interval=0.1)
     worker.start()
