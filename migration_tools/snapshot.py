@@ -36,7 +36,7 @@ class QueueSnapshot:
     containers: dict[str, list[tuple[str, float]]]
     jobs: dict[str, RawJob]
     schedulers: dict[str, tuple[float, dict[str, str]]]  # id -> (next ms, hash)
-    dedup: dict[str, tuple[str, int]]  # dedup id -> (job id, pttl ms; -1 none)
+    dedup: dict[str, tuple[str, int]]  # dedup id -> (job id, pttl ms at taken_at_ms; -1 none)
     proto_jobs: dict[str, dict[str, str]]  # keepLastIfActive dn:<id> hashes
     lock_ttls: dict[str, int]  # active id -> PTTL of its lock (-2: none)
     taken_at_ms: int
@@ -193,7 +193,7 @@ async def read_queue(redis: Any, ref: QueueRef) -> QueueSnapshot:
     ids = list(dict.fromkeys(i for rows in containers.values() for i, _ in rows))
     jobs, missing = await _read_jobs(redis, ref, ids)
     schedulers = await _read_schedulers(redis, ref, repeat)
-    dedup, protos = await _read_dedup(redis, ref)
+    dedup, protos = await _read_dedup(redis, ref, taken_at_ms)
     locks: dict[str, int] = {}
     if containers["active"]:
         pipe = redis.pipeline(transaction=False)
@@ -277,8 +277,11 @@ async def _read_schedulers(
 
 
 async def _read_dedup(
-    redis: Any, ref: QueueRef
+    redis: Any, ref: QueueRef, taken_at_ms: int
 ) -> tuple[dict[str, tuple[str, int]], dict[str, dict[str, str]]]:
+    """Dedup keys with their remaining TTL as of ``taken_at_ms``: each key's PTTL is read with
+    the server's clock in one transaction and shifted back to the snapshot's instant, so the
+    expiry does not move by however long the scan took to reach the key."""
     dedup: dict[str, tuple[str, int]] = {}
     protos: dict[str, dict[str, str]] = {}
     head = ref.base + "de:"
@@ -287,9 +290,12 @@ async def _read_dedup(
         pipe = redis.pipeline(transaction=True)
         pipe.get(key)
         pipe.pttl(key)
-        value, ttl = await pipe.execute()
+        pipe.time()
+        value, ttl, now = await pipe.execute()
         if value is not None:
-            dedup[name[len(head) :]] = (_s(value) or "", int(ttl))
+            read_at_ms = int(now[0]) * 1000 + int(now[1]) // 1000
+            ttl = int(ttl) + (read_at_ms - taken_at_ms) if int(ttl) >= 0 else int(ttl)
+            dedup[name[len(head) :]] = (_s(value) or "", ttl)
     head = ref.base + "dn:"
     async for key in redis.scan_iter(match=head + "*", count=1000):
         name = _s(key) or ""
