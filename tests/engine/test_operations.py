@@ -21,6 +21,7 @@ from pgjobs import (
     Status,
 )
 from pgjobs.completer import write_outcomes
+from pgjobs.config import notify_channel
 from pgjobs.outcomes import Outcome
 from tests.helpers import eventually
 
@@ -338,3 +339,63 @@ async def test_count_retention_holds_when_one_write_finishes_more_than_the_look_
     newest = sorted(r["id"] for r in claimed)[-5:]
     assert [r["id"] for r in left] == newest
     assert all(r.id not in newest for r in first)
+
+
+async def test_count_retention_is_exact_when_outcome_writes_overlap(jobs: JobQueue, kinds) -> None:
+    """Two workers' outcome writes in overlapping transactions: neither sees the other's rows in
+    its own snapshot, so each trimming to n would leave 2n. Trimmers take turns under a lock and
+    read after taking it: the history ends at exactly n, the newest."""
+    keep = Keep(count=5)
+    await jobs.enqueue_many([JobSpec("x", {"n": i}, keep_completed=keep) for i in range(20)])
+    await jobs.worker().run(until_drained=True)  # a history of exactly 5
+    await jobs.enqueue_many([JobSpec("x", {"n": i}, keep_completed=keep) for i in range(40)])
+    claimed = await jobs.db.fetch("claim", ["default"], ["x"], 40, 30.0, 0)
+    early, late = claimed[:20], claimed[20:]
+    async with jobs.db.pool.acquire() as first, jobs.db.pool.acquire() as second:
+        tx = first.transaction()
+        await tx.start()
+        await write_outcomes(
+            jobs.db, [Outcome(r["id"], r["lock_token"], "completed") for r in early], first
+        )
+        pids = (first.get_server_pid(), second.get_server_pid())
+        writing = asyncio.create_task(
+            write_outcomes(
+                jobs.db, [Outcome(r["id"], r["lock_token"], "completed") for r in late], second
+            )
+        )
+
+        async def second_waits_for_first() -> bool:
+            return pids[0] in await jobs.db.pool.fetchval("SELECT pg_blocking_pids($1)", pids[1])
+
+        await eventually(second_waits_for_first)
+        await tx.commit()
+        assert len(await writing) == 20
+    left = await jobs.db.pool.fetch(
+        f"SELECT id FROM {jobs.schema}.jobs ORDER BY finished_at DESC, id DESC"
+    )
+    # The second write began after the first: its rows are the newest.
+    newest = sorted((r["id"] for r in late), reverse=True)[:5]
+    assert [r["id"] for r in left] == newest
+
+
+async def test_an_outcome_for_a_lapsed_claim_locks_nothing(jobs: JobQueue, kinds) -> None:
+    """A worker whose lease lapsed writes its outcome after the job was completed by another:
+    the write changes nothing and holds no lock on that row (a trimmer may be deleting it)."""
+    job = await jobs.enqueue("x", {"n": 1}, max_attempts=2)
+    stale = (await jobs.db.fetch("claim", ["default"], ["x"], 1, 30.0, 0))[0]
+    await jobs.db.pool.execute(
+        f"UPDATE {jobs.schema}.jobs SET locked_until = now() - interval '1 second' WHERE id = $1",
+        job.id,
+    )
+    assert len(await jobs.db.fetch("rescue_stalled", 10, notify_channel(jobs.schema))) == 1
+    await jobs.worker().run(until_drained=True)
+    async with jobs.db.pool.acquire() as conn, conn.transaction():
+        written = await write_outcomes(
+            jobs.db, [Outcome(job.id, stale["lock_token"], "failed")], conn
+        )
+        assert written == set()
+        lockable = await jobs.db.pool.fetch(
+            f"SELECT id FROM {jobs.schema}.jobs WHERE id = $1 FOR UPDATE SKIP LOCKED", job.id
+        )
+        assert len(lockable) == 1  # another session can still lock (or delete) it
+    assert (await jobs.get(job.id)).status == "completed"

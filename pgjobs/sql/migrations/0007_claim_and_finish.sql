@@ -1,7 +1,5 @@
--- 0007: claim_jobs and finish_jobs, for concurrency and for large backlogs; claiming ahead of
--- free slots; the count-retention trim keeps up with large outcome batches; a job given back
--- without a delay keeps its due time. Otherwise unchanged from 0002 (claim_jobs) and 0005
--- (finish_jobs).
+-- 0007: claim_jobs and finish_jobs, for concurrency and for large backlogs. Otherwise unchanged
+-- from 0002 (claim_jobs) and 0005 (finish_jobs).
 --
 -- Lock order. finish_jobs locks its rows in id order before writing them, as the heartbeat
 -- does, so a worker's outcome batch and its heartbeat (or another batch) cannot deadlock on the
@@ -25,13 +23,8 @@
 -- cost penalty, a penalty that must not switch JIT compilation on (it would cost more than the
 -- whole claim; JIT is never worth it for statements this small).
 
--- Claiming ahead. p_ahead more jobs than the p_limit free slots may be taken, from queues without
--- a concurrency cap or a rate limit only: a worker buffers them and starts them as its slots free
--- (larger claims for short jobs), and a capped queue's allowance is never parked in a buffer.
-DROP FUNCTION {schema}.claim_jobs(text[], text[], int, float8);
-CREATE FUNCTION {schema}.claim_jobs(
-    p_queues text[], p_kinds text[], p_limit int, p_lease float8, p_ahead int
-) RETURNS SETOF {schema}.jobs LANGUAGE plpgsql
+CREATE OR REPLACE FUNCTION {schema}.claim_jobs(p_queues text[], p_kinds text[], p_limit int, p_lease float8)
+RETURNS SETOF {schema}.jobs LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
     s        record;
@@ -53,9 +46,8 @@ BEGIN
         ORDER BY q.queue
     LOOP
         CONTINUE WHEN s.paused OR (s.limited_until IS NOT NULL AND s.limited_until > now());
-        allow := p_limit + p_ahead;
+        allow := p_limit;
         IF s.limited THEN
-            allow := p_limit;
             -- Serialise claimers of this queue; re-read the row after waiting for it.
             SELECT * INTO s FROM (
                 SELECT qs.queue, qs.paused, qs.limited_until, qs.concurrency, qs.group_concurrency,
@@ -128,7 +120,7 @@ BEGIN
             LIMIT q.allow
         ) g
         ORDER BY 2 DESC, 3, 1
-        LIMIT p_limit + p_ahead
+        LIMIT p_limit
     ) x;
 
     IF cardinality(picked) = 0 THEN
@@ -183,8 +175,7 @@ BEGIN
         UPDATE {schema}.jobs j
         SET status = f.status,
             output = CASE WHEN f.status = 'completed' THEN f.output::jsonb ELSE j.output END,
-            run_at = CASE WHEN f.status = 'pending'  -- a NULL delay keeps the due time
-                          THEN coalesce(now() + make_interval(secs => f.delay), j.run_at)
+            run_at = CASE WHEN f.status = 'pending' THEN now() + make_interval(secs => f.delay)
                           ELSE j.run_at END,
             last_error = coalesce(f.error::jsonb, j.last_error),
             attempts = j.attempts - f.refund,
@@ -233,16 +224,13 @@ BEGIN
                           WHERE e.prerequisite_id = j.id AND d.status IN ('pending', 'running'));
     END IF;
     -- Retention {"count": n > 0}: trim the history of each (queue, status) just written to, as
-    -- BullMQ does at completion. Reads the newest n + w + 100 rows through jobs_finished_idx,
-    -- w being how many this call added: each call removes at least what it added (a worker
-    -- whose completer fell behind writes hundreds at once), plus up to 100 of an older excess
-    -- (left by concurrent calls that could not see each other's rows), so the history always
-    -- converges to n; a long history costs nothing, and a larger backlog is left to the GC.
+    -- BullMQ does at completion. Reads the newest n + 100 rows through jobs_finished_idx, so a
+    -- long history costs nothing; a larger excess is left to the GC.
     IF trim_queues IS NOT NULL THEN
         DELETE FROM {schema}.jobs j
         USING (
             SELECT t.id
-            FROM (SELECT u.q, u.s, max(u.k) AS k, count(*)::int AS w
+            FROM (SELECT u.q, u.s, max(u.k) AS k
                   FROM unnest(trim_queues, trim_states, trim_keep) AS u(q, s, k)
                   GROUP BY u.q, u.s) g,
             LATERAL (
@@ -252,7 +240,7 @@ BEGIN
                       FROM {schema}.jobs h
                       WHERE h.queue = g.q AND h.status = g.s AND h.finished_at IS NOT NULL
                       ORDER BY h.finished_at DESC, h.id DESC
-                      LIMIT g.k + g.w + 100) newest
+                      LIMIT g.k + 100) newest
             ) t
             WHERE t.keep IS NOT NULL AND t.rank > t.keep
         ) doomed
@@ -264,6 +252,6 @@ BEGIN
 END
 $fn$;
 
-ALTER FUNCTION {schema}.claim_jobs(text[], text[], int, float8, int) SET enable_sort = off SET jit = off;
+ALTER FUNCTION {schema}.claim_jobs(text[], text[], int, float8) SET enable_sort = off SET jit = off;
 ALTER FUNCTION {schema}.finish_jobs(bigint[], uuid[], text[], text[], float8[], text[], int[],
                                     int[], text) SET jit = off;

@@ -1,4 +1,4 @@
--- 0008: the job event log (0004) written once per statement instead of once per row. A bulk
+-- 0009: the job event log (0004) written once per statement instead of once per row. A bulk
 -- enqueue of 1,000 jobs with events=True ran the trigger function, a one-row INSERT and a
 -- pg_notify 1,000 times, and so did every claim and outcome batch; each statement now runs one
 -- INSERT ... SELECT over its transition tables and one notification per queue. The events,
