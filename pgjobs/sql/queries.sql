@@ -70,7 +70,7 @@ ORDER BY src.ord;
 -- name: claim
 -- Take up to $3 due jobs of queues $1 and kinds $2 (plus up to $5 more to start later, from
 -- queues without caps or rate limits), best first, for a lease of $4 seconds, honouring pause,
--- concurrency caps and rate limits (see claim_jobs in migrations 0002 and 0007). Each
+-- concurrency caps and rate limits (see claim_jobs in migrations 0002, 0007 and 0008). Each
 -- queue is read through jobs_claim_idx with an equality on queue, so the cost does not grow
 -- with the backlog; SKIP LOCKED lets concurrent claimers take disjoint rows without waiting.
 -- The claim commits without waiting for the WAL flush (synchronous_commit off for this
