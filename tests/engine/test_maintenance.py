@@ -236,7 +236,9 @@ async def test_vacuum_runs_on_tables_past_the_threshold_only(jobs: JobQueue, kin
     result = await vacuum_churning_tables(jobs.db, VacuumInput(min_dead=100, dead_fraction=0))
     assert list(result["vacuumed"]) == ["jobs"] and result["vacuumed"]["jobs"] >= 200
     after = await jobs.db.pool.fetchrow(stats, jobs.schema)
-    assert after is not None and after["vacuums"] == 1 and after["dead"] == 0
+    # Vacuumed exactly once. Its dead-tuple count is not asserted: other backends publish their
+    # own counts up to a second late (PostgreSQL 15 statistics), and may do so after the vacuum's.
+    assert after is not None and after["vacuums"] == 1
 
     # ... and as a scheduled maintenance job
     jobs.register_maintenance()
