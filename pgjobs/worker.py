@@ -147,9 +147,8 @@ class Worker:
         """Work until ``stop()`` is called; with ``until_drained``, also return once no job of
         these queues and kinds is running or pending with its prerequisites met (delayed ones
         included: the worker waits for them)."""
-        version = await self._db.schema_version()
-        if version is None or version < latest_version():
-            raise SchemaMissing(self._db.schema, version, latest_version())
+        if not await self._schema_checked():
+            return  # stopped while waiting for the database
         notifier = Notifier(self._db.pool, self._channel, self._on_notify)
         self._completer.start()
         await notifier.start()
@@ -169,6 +168,26 @@ class Worker:
                     await task
             await self._completer.stop()
             await notifier.stop()
+
+    async def _schema_checked(self) -> bool:
+        """Refuse a missing or outdated schema (SchemaMissing); wait out a database that cannot
+        be reached (logged, with backoff) until it answers (True) or ``stop()`` is called."""
+        failures = 0
+        while True:
+            try:
+                version = await self._db.schema_version()
+                break
+            except TRANSIENT_ERRORS as exc:
+                failures += 1
+                delay = _retry_delay(failures)
+                logger.warning("schema check failed (%s); retrying in %.1fs", exc, delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), timeout=delay)
+                if self._stopping.is_set():
+                    return False
+        if version is None or version < latest_version():
+            raise SchemaMissing(self._db.schema, version, latest_version())
+        return True
 
     def start(self) -> asyncio.Task[None]:
         """Run in the background; ``stop()`` ends it."""
@@ -242,12 +261,12 @@ class Worker:
                 failures = 0
             except TRANSIENT_ERRORS as exc:
                 failures += 1
-                sleep = min(0.1 * 2**failures, 5.0)
+                sleep = _retry_delay(failures)
                 logger.warning("claim failed (%s); retrying in %.1fs", exc, sleep)
                 rows = []
             except Exception:  # never let the worker die silently: log it and back off
                 failures += 1
-                sleep = min(0.1 * 2**failures, 5.0)
+                sleep = _retry_delay(failures)
                 logger.exception("claim failed unexpectedly; retrying in %.1fs", sleep)
                 rows = []
             for row in sorted(rows, key=lambda r: (-r["priority"], r["run_at"], r["id"])):
@@ -449,6 +468,12 @@ class Worker:
             except Exception:
                 logger.exception("stalled-job rescue failed unexpectedly; will retry")
             await asyncio.sleep(self.rescue_interval)
+
+
+def _retry_delay(failures: int) -> float:
+    """Seconds before retrying after ``failures`` consecutive database errors: 0.2 s doubling,
+    at most 5 s."""
+    return min(0.1 * 2.0**failures, 5.0)
 
 
 def _given_back(ctx: JobContext) -> Outcome:

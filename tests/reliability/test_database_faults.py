@@ -7,8 +7,10 @@ The restart runs against a private cluster (see private_postgres.py), never the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -36,7 +38,8 @@ def private_server() -> Iterator[PrivateServer]:
         yield server
     finally:
         try:
-            server.stop("immediate")
+            with contextlib.suppress(subprocess.CalledProcessError):  # a test may leave it down
+                server.stop("immediate")
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
@@ -193,3 +196,56 @@ async def test_a_dropped_listen_connection_comes_back_and_wakes_the_worker(
             recovery="LISTEN back: " + seconds(recoveries),
         )
     )
+
+
+async def test_a_worker_started_while_the_server_is_down_waits_for_it(
+    private_server: PrivateServer, private_jobs: JobQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Starting needs the database (the schema check): a worker started during an outage keeps
+    retrying, says so, and works once the server is back, instead of dying at start."""
+    jobs = private_jobs
+    caplog.set_level(logging.WARNING, logger="pgjobs.worker")
+    done: asyncio.Queue[int] = asyncio.Queue()
+
+    @jobs.registry.kind("after_outage", input=dict[str, int])
+    async def after_outage(ctx: JobContext, data: dict[str, int]) -> None:
+        done.put_nowait(data["n"])
+
+    await asyncio.to_thread(private_server.stop, "fast")
+    worker = jobs.worker(concurrency=1, poll_interval=0.5)
+    task = worker.start()
+    try:
+
+        async def retrying() -> bool:
+            return any("schema check failed" in r.getMessage() for r in caplog.records)
+
+        await eventually(retrying)
+        assert not task.done()  # still trying, not dead
+        await asyncio.to_thread(private_server.start)
+        await jobs.enqueue("after_outage", {"n": 7})
+        assert await asyncio.wait_for(done.get(), 30) == 7
+    finally:
+        await worker.stop()
+        await task
+    assert worker.stats.completed == 1
+
+
+async def test_a_worker_stopped_during_an_outage_returns(
+    private_server: PrivateServer, private_jobs: JobQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """stop() ends a worker still waiting for the database to start, without an error."""
+    caplog.set_level(logging.WARNING, logger="pgjobs.worker")
+
+    @private_jobs.registry.kind("never", input=dict[str, int])
+    async def never(ctx: JobContext, data: dict[str, int]) -> None: ...
+
+    await asyncio.to_thread(private_server.stop, "fast")
+    worker = private_jobs.worker()
+    task = worker.start()
+
+    async def retrying() -> bool:
+        return any("schema check failed" in r.getMessage() for r in caplog.records)
+
+    await eventually(retrying)
+    await asyncio.wait_for(worker.stop(), 10)
+    assert task.done() and task.exception() is None
