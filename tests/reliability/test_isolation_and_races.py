@@ -1,9 +1,11 @@
 """Reliability: tenant isolation through every tenant-scoped API, maintenance actors racing each
-other (two schedulers and a GC at once), and a flow re-drive racing a node's completion."""
+other (two schedulers and a GC at once), a flow re-drive racing a node's completion, and cancels
+and purges racing a busy worker."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections import Counter
 from typing import Any
@@ -19,6 +21,7 @@ from pgjobs import (
     JobContext,
     JobFilter,
     JobQueue,
+    JobSpec,
     Registry,
     Status,
 )
@@ -182,3 +185,77 @@ async def test_requeue_flow_racing_a_node_completion_keeps_the_flow_consistent(
         f"SELECT count(*) FROM {jobs.schema}.job_edges WHERE state NOT IN ('satisfied', 'released')"
     )
     assert open_edges == 0
+
+
+async def test_cancels_and_purges_racing_a_busy_worker_leave_every_job_accounted_for(
+    jobs: JobQueue, registry: Registry, caplog: pytest.LogCaptureFixture
+) -> None:
+    """While a worker completes short jobs as fast as it can, two other actors cancel and purge
+    random ones (running ones included). Every job ends in exactly one place: completed (run
+    once, its output written), cancelled (any late outcome fenced off), or gone (purged); every
+    claim is accounted for as a completion or a refused write; nothing fails or deadlocks."""
+    caplog.set_level(logging.WARNING, logger="pgjobs")
+    runs: Counter[int] = Counter()
+
+    @registry.kind("brief", input=dict[str, int], queue="churn", max_attempts=1)
+    async def brief(ctx: JobContext, data: dict[str, int]) -> int:
+        runs[data["n"]] += 1
+        await asyncio.sleep(0.001 * (data["n"] % 3))  # some finish at once, some a little later
+        return data["n"]
+
+    created = await jobs.enqueue_many([JobSpec("brief", {"n": n}) for n in range(2_000)])
+    n_of = {r.id: n for n, r in enumerate(created)}
+    ids = list(n_of)
+    rng = random.Random(20261130)
+    to_cancel = rng.sample(ids, 300)
+    to_purge = [rng.sample(ids, 10) for _ in range(30)]
+    cancelled_by_call: set[int] = set()
+    worker = jobs.worker(queues=["churn"], concurrency=20)
+    task = worker.start()
+    try:
+
+        async def canceller() -> None:
+            for job_id in to_cancel:
+                if await jobs.cancel(job_id):
+                    cancelled_by_call.add(job_id)
+                await asyncio.sleep(0)
+
+        async def purger() -> None:
+            for chunk in to_purge:
+                await jobs.purge(JobFilter(ids=tuple(chunk)), running="cancel")
+                await asyncio.sleep(0.005)
+
+        await asyncio.gather(canceller(), purger())
+
+        async def settled() -> bool:
+            return (
+                await jobs.db.pool.fetchval(
+                    f"SELECT count(*) FROM {jobs.schema}.jobs"
+                    " WHERE queue = 'churn' AND status IN ('pending', 'running')"
+                )
+                == 0
+            )
+
+        await eventually(settled)
+    finally:
+        await worker.stop()
+        await task
+    rows = {
+        r["id"]: r
+        for r in await jobs.db.pool.fetch(
+            f"SELECT id, status, output FROM {jobs.schema}.jobs WHERE queue = 'churn'"
+        )
+    }
+    purged = set(ids) - set(rows)
+    assert purged <= {i for chunk in to_purge for i in chunk}
+    assert {r["status"] for r in rows.values()} <= {"completed", "cancelled"}
+    cancelled = {i for i, r in rows.items() if r["status"] == "cancelled"}
+    assert cancelled <= cancelled_by_call and all(rows[i]["output"] is None for i in cancelled)
+    completed = {i for i, r in rows.items() if r["status"] == "completed"}
+    assert all(runs[n_of[i]] == 1 and rows[i]["output"] == str(n_of[i]) for i in completed)
+    assert max(runs.values()) == 1  # nothing ran twice
+    stats = worker.stats
+    assert stats.claimed == stats.completed + stats.lost and stats.dead == stats.retried == 0
+    assert cancelled and purged and completed  # the race had all three outcomes
+    failures = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+    assert failures == []
