@@ -27,6 +27,7 @@ from pgjobs import (
 )
 from pgjobs.maintenance import GcInput, collect_garbage
 from tests.helpers import eventually
+from tests.reliability.figures import Figure, record
 
 pytestmark = pytest.mark.reliability
 
@@ -259,3 +260,16 @@ async def test_cancels_and_purges_racing_a_busy_worker_leave_every_job_accounted
     assert cancelled and purged and completed  # the race had all three outcomes
     failures = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
     assert failures == []
+    record(
+        Figure(
+            scenario="cancels and purges racing a busy worker (concurrency 20)",
+            faults=f"{len(to_cancel)} cancels + {len(to_purge)} purges of 10, running jobs included",
+            jobs=len(ids),
+            lost=0,
+            duplicated="0",
+            recovery=(
+                f"{len(completed):,} completed, {len(cancelled)} cancelled, {len(purged)} purged;"
+                f" {stats.lost} late outcomes fenced off"
+            ),
+        )
+    )
