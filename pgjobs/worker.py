@@ -146,7 +146,8 @@ class Worker:
     async def run(self, *, until_drained: bool = False) -> None:
         """Work until ``stop()`` is called; with ``until_drained``, also return once no job of
         these queues and kinds is running or pending with its prerequisites met (delayed ones
-        included: the worker waits for them)."""
+        included: the worker waits for them). A missing or outdated schema raises SchemaMissing;
+        a database that cannot be reached at start is retried (logged) until it answers."""
         if not await self._schema_checked():
             return  # stopped while waiting for the database
         notifier = Notifier(self._db.pool, self._channel, self._on_notify)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pydantic
 import pytest
@@ -317,6 +318,11 @@ async def test_retention_remove_at_once_on_completion(jobs: JobQueue, kinds) -> 
     assert await jobs.get(kept.id) is not None
 
 
+def completions(claimed: list[Any]) -> list[Outcome]:
+    """A completed outcome for each claimed row, fenced by its claim's token."""
+    return [Outcome(r["id"], r["lock_token"], "completed") for r in claimed]
+
+
 async def test_count_retention_holds_when_one_write_finishes_more_than_the_look_ahead(
     jobs: JobQueue, kinds
 ) -> None:
@@ -331,9 +337,7 @@ async def test_count_retention_holds_when_one_write_finishes_more_than_the_look_
     )
     claimed = await jobs.db.fetch("claim", ["default"], ["x"], 400, 30.0, 0)
     assert len(claimed) == 400
-    written = await write_outcomes(
-        jobs.db, [Outcome(r["id"], r["lock_token"], "completed") for r in claimed]
-    )
+    written = await write_outcomes(jobs.db, completions(claimed))
     assert len(written) == 400
     left = await jobs.db.pool.fetch(f"SELECT id FROM {jobs.schema}.jobs ORDER BY id")
     newest = sorted(r["id"] for r in claimed)[-5:]
@@ -354,15 +358,9 @@ async def test_count_retention_is_exact_when_outcome_writes_overlap(jobs: JobQue
     async with jobs.db.pool.acquire() as first, jobs.db.pool.acquire() as second:
         tx = first.transaction()
         await tx.start()
-        await write_outcomes(
-            jobs.db, [Outcome(r["id"], r["lock_token"], "completed") for r in early], first
-        )
+        await write_outcomes(jobs.db, completions(early), first)
         pids = (first.get_server_pid(), second.get_server_pid())
-        writing = asyncio.create_task(
-            write_outcomes(
-                jobs.db, [Outcome(r["id"], r["lock_token"], "completed") for r in late], second
-            )
-        )
+        writing = asyncio.create_task(write_outcomes(jobs.db, completions(late), second))
 
         async def second_waits_for_first() -> bool:
             return pids[0] in await jobs.db.pool.fetchval("SELECT pg_blocking_pids($1)", pids[1])
