@@ -72,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as exc:
             print(f"pgjobs migrate: cannot connect to PostgreSQL: {exc}", file=sys.stderr)
             return 1
-        if applied:
-            print(f"applied migrations {applied} to {args.schema}")
+        if applied.versions:
+            print(f"applied migrations {applied.versions} to {args.schema}")
+        elif applied.definitions_applied:
+            print(f"refreshed the function and trigger definitions of {args.schema}")
         else:
             print(f"schema {args.schema} already up to date")
         return 0

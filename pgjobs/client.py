@@ -13,7 +13,6 @@ from pgjobs import events, migrate
 from pgjobs.config import DEFAULT_SCHEMA, dsn_from_env
 from pgjobs.context import read_prerequisites
 from pgjobs.enqueue import JobSpec, insert_many, insert_one, prepare
-from pgjobs.errors import SchemaMissing
 from pgjobs.events import EventStream
 from pgjobs.executor import Connection, Database
 from pgjobs.flows import EdgePolicy, Flow, Flows, SubmittedFlow
@@ -107,10 +106,9 @@ class JobQueue:
             return await migrate.apply_migrations(conn, self.db.schema)
 
     async def check_schema(self) -> None:
-        """Raise SchemaMissing, saying what to run, unless the schema is fully migrated."""
-        version = await self.db.schema_version()
-        if version is None or version < migrate.latest_version():
-            raise SchemaMissing(self.db.schema, version, migrate.latest_version())
+        """Raise SchemaMissing, saying what to run, unless the schema is fully migrated (its
+        version and its function definitions are this code's)."""
+        await self.db.check_schema()
 
     # -- enqueue ---------------------------------------------------------------------------
 

@@ -35,6 +35,6 @@ def notify_channel(schema: str) -> str:
 
 
 def events_channel(schema: str) -> str:
-    """The channel on which the event log announces the queue of each new event (the trigger of
-    migration 0004 builds the same name)."""
+    """The channel on which the event log announces the queue of each new event (the triggers
+    of sql/schema/job_events.sql build the same name)."""
     return f"{validate_schema(schema)}_events"

@@ -53,15 +53,24 @@ class InvalidSchemaName(PgJobsError, ValueError):
 
 
 class SchemaMissing(PgJobsError):
-    """The pgjobs schema is absent or older than this code expects."""
+    """The pgjobs schema is absent, older than this code expects, or runs function definitions
+    other than this code's (``stale_definitions``)."""
 
-    def __init__(self, schema: str, found: int | None, expected: int) -> None:
+    def __init__(
+        self, schema: str, found: int | None, expected: int, *, stale_definitions: bool = False
+    ) -> None:
         self.schema = schema
         self.found = found
         self.expected = expected
-        state = "is not installed" if found is None else f"is at version {found}"
+        self.stale_definitions = stale_definitions
+        if found is None:
+            state = f"is not installed; this code needs version {expected}"
+        elif found < expected:
+            state = f"is at version {found}; this code needs version {expected}"
+        else:
+            state = f"is at version {found} but its functions are not this code's"
         super().__init__(
-            f"pgjobs schema {schema!r} {state}; this code needs version {expected}. "
+            f"pgjobs schema {schema!r} {state}. "
             f"Run `pgjobs migrate --dsn ... --schema {schema}` (or `await JobQueue.migrate()`)."
         )
 

@@ -120,11 +120,28 @@ class Database:
 
     async def schema_version(self) -> int | None:
         """The highest applied migration; None when the schema or its ledger is missing."""
+        return (await self._schema_state())[0]
+
+    async def _schema_state(self) -> tuple[int | None, str | None]:
         async with self.pool.acquire() as conn:
-            if not await conn.fetchval(self._sql("has_migrations_table")):
-                return None
-            value = await conn.fetchval(self._sql("schema_version"))
-        return None if value is None else int(value)
+            tables = await conn.fetchrow(self._sql("ledger_tables"))
+            assert tables is not None
+            version = digest = None
+            if tables["versions"]:
+                version = await conn.fetchval(self._sql("schema_version"))
+            if tables["definitions"]:
+                digest = await conn.fetchval(self._sql("recorded_digest"))
+        return (None if version is None else int(version)), digest
+
+    async def check_schema(self) -> None:
+        """Raise SchemaMissing, saying what to run, unless the schema is at this code's version
+        and runs this code's function definitions."""
+        version, digest = await self._schema_state()
+        expected = sql.latest_version()
+        if version is None or version < expected or digest != sql.definitions_digest():
+            current = version is not None and version >= expected
+            raise SchemaMissing(self.schema, version, expected, stale_definitions=current)
 
     async def _schema_missing(self) -> SchemaMissing:
-        return SchemaMissing(self.schema, await self.schema_version(), sql.latest_version())
+        version, _ = await self._schema_state()
+        return SchemaMissing(self.schema, version, sql.latest_version())

@@ -1,6 +1,14 @@
-"""Versioned schema migrations, applied explicitly (never on import) under an advisory lock."""
+"""Schema migrations, applied explicitly (never on import) under an advisory lock.
+
+Two kinds of SQL make the schema (see ``pgjobs.sql``): the numbered migrations, each applied
+once and recorded, and the definitions of ``sql/schema/`` (functions, trigger functions,
+triggers), re-applied whenever their digest differs from the one recorded. Both happen in one
+transaction, so a database is never left half-migrated.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import asyncpg
 
@@ -11,41 +19,53 @@ from pgjobs.executor import Connection
 latest_version = sql.latest_version
 
 
-async def apply_migrations(conn: Connection, schema: str) -> list[int]:
-    """Bring ``schema`` up to the latest version in one transaction; return the versions applied.
+@dataclass(frozen=True, slots=True)
+class MigrationReport:
+    """What one ``apply_schema`` call changed: the numbered migrations it applied, and whether
+    it (re)applied the function and trigger definitions."""
 
-    Idempotent: versions already recorded are skipped. Concurrent callers serialise on an
-    advisory lock derived from the schema name, so the second finds nothing left to do.
+    versions: list[int]
+    definitions_applied: bool
+
+
+async def apply_schema(conn: Connection, schema: str) -> MigrationReport:
+    """Bring ``schema`` up to date in one transaction: the pending numbered migrations, then the
+    definitions of ``sql/schema/`` when any migration ran or their digest changed.
+
+    Idempotent; concurrent callers serialise on an advisory lock derived from the schema name,
+    so the second finds nothing left to do.
     """
-    schema = validate_schema(schema)
+    statements = sql.queries(validate_schema(schema))
     applied: list[int] = []
     async with conn.transaction():
-        await conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended('pgjobs:migrate:' || $1::text, 0))",
-            schema,
-        )
-        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-        await conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {schema}.migrations ("
-            " version integer PRIMARY KEY, name text NOT NULL,"
-            " applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        done = {r["version"] for r in await conn.fetch(f"SELECT version FROM {schema}.migrations")}
+        await conn.execute(statements["migrate_lock"], schema)
+        await conn.execute(statements["create_schema"])
+        await conn.execute(statements["create_ledger"])
+        done = {row["version"] for row in await conn.fetch(statements["applied_versions"])}
         for version, name, template in sql.migrations():
             if version in done:
                 continue
             await conn.execute(template.replace("{schema}", schema))
-            await conn.execute(
-                f"INSERT INTO {schema}.migrations (version, name) VALUES ($1, $2)", version, name
-            )
+            await conn.execute(statements["record_version"], version, name)
             applied.append(version)
-    return applied
+        digest = sql.definitions_digest()
+        stale = applied or await conn.fetchval(statements["recorded_digest"]) != digest
+        if stale:
+            for _, template in sql.definitions():
+                await conn.execute(template.replace("{schema}", schema))
+            await conn.execute(statements["record_digest"], digest)
+    return MigrationReport(applied, bool(stale))
 
 
-async def migrate(dsn: str, schema: str) -> list[int]:
-    """Connect to ``dsn`` and apply pending migrations to ``schema``."""
+async def apply_migrations(conn: Connection, schema: str) -> list[int]:
+    """``apply_schema``, returning only the numbered migrations applied."""
+    return (await apply_schema(conn, schema)).versions
+
+
+async def migrate(dsn: str, schema: str) -> MigrationReport:
+    """Connect to ``dsn`` and bring ``schema`` up to date (see ``apply_schema``)."""
     conn = await asyncpg.connect(dsn)
     try:
-        return await apply_migrations(conn, schema)
+        return await apply_schema(conn, schema)
     finally:
         await conn.close()

@@ -18,10 +18,9 @@ from pgjobs import jsonvalue, runner
 from pgjobs.completer import Completer
 from pgjobs.config import notify_channel
 from pgjobs.context import JobContext
-from pgjobs.errors import InvalidOption, SchemaMissing
+from pgjobs.errors import InvalidOption
 from pgjobs.executor import TRANSIENT_ERRORS, Database
 from pgjobs.kinds import Kind, Registry
-from pgjobs.migrate import latest_version
 from pgjobs.notifier import Notifier
 from pgjobs.outcomes import Outcome
 
@@ -176,8 +175,8 @@ class Worker:
         failures = 0
         while True:
             try:
-                version = await self._db.schema_version()
-                break
+                await self._db.check_schema()
+                return True
             except TRANSIENT_ERRORS as exc:
                 failures += 1
                 delay = _retry_delay(failures)
@@ -186,9 +185,6 @@ class Worker:
                     await asyncio.wait_for(self._stopping.wait(), timeout=delay)
                 if self._stopping.is_set():
                     return False
-        if version is None or version < latest_version():
-            raise SchemaMissing(self._db.schema, version, latest_version())
-        return True
 
     def start(self) -> asyncio.Task[None]:
         """Run in the background; ``stop()`` ends it."""

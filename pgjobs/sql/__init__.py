@@ -1,11 +1,17 @@
-"""Named SQL statements, read once from the .sql files beside this module.
+"""The engine's SQL, read once from the files beside this module.
 
-A statement is a block under a ``-- name: NAME`` header. ``{schema}`` is replaced by the
-validated schema name; values are always bind parameters.
+- Named statements (``queries.sql`` and its siblings): a block under a ``-- name: NAME``
+  header. ``{schema}`` is replaced by the validated schema name; values are always bind
+  parameters.
+- ``migrations/``: numbered files (tables, indexes, data changes), applied once each.
+- ``schema/``: the current definition of every function, trigger function and trigger, one
+  concern per file, written to be re-applied; ``migrate`` applies them whenever their digest
+  differs from the one the database recorded.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from functools import cache
 from importlib import resources
@@ -21,6 +27,7 @@ JOB_COLUMNS = (
 
 _HEADER = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _FILES = (
+    "migrate.sql",
     "queries.sql",
     "operations.sql",
     "flows.sql",
@@ -86,3 +93,34 @@ def migrations() -> list[tuple[int, str, str]]:
     if versions != list(range(1, len(versions) + 1)):
         raise RuntimeError(f"migration versions must be 1..N without gaps, found {versions}")
     return found
+
+
+DEFINITION_FILES = (
+    "sub_state.sql",
+    "flow_stats.sql",
+    "resolve_dependents.sql",
+    "claim_jobs.sql",
+    "finish_jobs.sql",
+    "job_events.sql",
+)
+"""The files of schema/, in applying order (a SQL function is checked against the functions it
+calls when it is created; a trigger needs its function)."""
+
+
+@cache
+def definitions() -> list[tuple[str, str]]:
+    """``(file name, template)`` of each schema definition file, in applying order."""
+    folder = resources.files(__package__).joinpath("schema")
+    present = sorted(e.name for e in folder.iterdir() if e.name.endswith(".sql"))
+    if sorted(DEFINITION_FILES) != present:
+        raise RuntimeError(f"sql/schema/ holds {present}; DEFINITION_FILES: {DEFINITION_FILES}")
+    return [(name, folder.joinpath(name).read_text(encoding="utf-8")) for name in DEFINITION_FILES]
+
+
+@cache
+def definitions_digest() -> str:
+    """The digest a database records once it runs these definitions."""
+    digest = hashlib.sha256()
+    for name, template in definitions():
+        digest.update(name.encode() + b"\0" + template.encode() + b"\0")
+    return digest.hexdigest()

@@ -3,14 +3,6 @@
 -- always bind parameters. JSON goes in as text and is cast, so a caller's connection with its
 -- own jsonb codec cannot double-encode it.
 
--- name: has_migrations_table
--- Whether the migration ledger exists (the next statement would fail to parse without it).
-SELECT to_regclass('{schema}.migrations') IS NOT NULL;
-
--- name: schema_version
--- The highest applied migration.
-SELECT max(version) FROM {schema}.migrations;
-
 -- name: enqueue_one
 -- Insert one job, or return the job that already holds its job key (any status) or its dedup
 -- key (in flight). The NOTIFY goes out at commit. An empty result means the holder of a dedup
@@ -70,7 +62,7 @@ ORDER BY src.ord;
 -- name: claim
 -- Take up to $3 due jobs of queues $1 and kinds $2 (plus up to $5 more to start later, from
 -- queues without caps or rate limits), best first, for a lease of $4 seconds, honouring pause,
--- concurrency caps and rate limits (see claim_jobs in migrations 0002, 0007 and 0008). Each
+-- concurrency caps and rate limits (sql/schema/claim_jobs.sql). Each
 -- queue is read through jobs_claim_idx with an equality on queue, so the cost does not grow
 -- with the backlog; SKIP LOCKED lets concurrent claimers take disjoint rows without waiting.
 -- The claim commits without waiting for the WAL flush (synchronous_commit off for this

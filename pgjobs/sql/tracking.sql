@@ -1,5 +1,5 @@
 -- The tracking (dashboard) API: one query per call, no N+1. {where} is a JobFilter rendered by
--- sql/filters.py. Sub-states come from the sub_state() function of migration 0003.
+-- sql/filters.py. Sub-states come from sub_state() (sql/schema/sub_state.sql).
 
 -- name: substate_counts
 -- Counts per sub-state of the jobs matching {where}, in two halves that each read their own

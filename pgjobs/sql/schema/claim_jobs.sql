@@ -1,0 +1,147 @@
+-- claim_jobs: hand out up to p_limit due jobs of queues p_queues and kinds p_kinds for a lease
+-- of p_lease seconds, plus up to p_ahead more for a worker to start as its slots free (from
+-- queues without a concurrency cap or a rate limit only: a capped queue's allowance is never
+-- parked in a buffer). Honours each queue's settings: paused, limited_until, a fleet-wide
+-- concurrency cap, a per-group cap and a rate limit (fixed window).
+--
+-- Concurrency. Queues with limits are serialised on their settings row, and each statement
+-- below takes a fresh snapshot after that lock (a VOLATILE function under READ COMMITTED), so
+-- two claimers can never both admit the last free slot. Unlimited queues take no lock: their
+-- candidates are locked FOR UPDATE SKIP LOCKED, so concurrent claimers take disjoint rows.
+--
+-- Plans. The statements are planned once per connection (generic plans): planning them on
+-- every call would cost more than running them. A generic plan made before the table was
+-- analyzed estimates one pending row; the status re-checks that would let it scan
+-- jobs_inflight_idx are therefore left out where redundant (picked rows are locked by this
+-- transaction and still pending), and sorts are discouraged (enable_sort = off) so that the
+-- pick reads jobs_claim_idx, already in claim order. JIT never pays for statements this small.
+-- tests/engine/test_migrate.py measures the pages a claim touches.
+CREATE OR REPLACE FUNCTION {schema}.claim_jobs(
+    p_queues text[], p_kinds text[], p_limit int, p_lease float8, p_ahead int
+) RETURNS SETOF {schema}.jobs LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan SET enable_sort = off SET jit = off AS $fn$
+DECLARE
+    s        record;
+    allow    int;
+    queues   text[] := '{}';   -- queues without a group cap, and how many each may start
+    allows   int[]  := '{}';
+    grouped  text[] := '{}';   -- queues with a group cap: allowance and cap
+    g_allows int[]  := '{}';
+    caps     int[]  := '{}';
+    picked   bigint[];
+BEGIN
+    FOR s IN
+        SELECT q.queue, qs.paused, qs.limited_until, qs.concurrency, qs.group_concurrency,
+               qs.rate_limit, qs.rate_period,
+               (qs.concurrency IS NOT NULL OR qs.group_concurrency IS NOT NULL
+                OR qs.rate_limit IS NOT NULL) AS limited
+        FROM unnest(p_queues) AS q(queue)
+        LEFT JOIN {schema}.queue_settings qs ON qs.queue = q.queue
+        ORDER BY q.queue
+    LOOP
+        CONTINUE WHEN s.paused OR (s.limited_until IS NOT NULL AND s.limited_until > now());
+        allow := p_limit + p_ahead;
+        IF s.limited THEN
+            allow := p_limit;
+            -- Serialise claimers of this queue; re-read the row after waiting for it.
+            SELECT * INTO s FROM (
+                SELECT qs.queue, qs.paused, qs.limited_until, qs.concurrency, qs.group_concurrency,
+                       qs.rate_limit, qs.rate_period, qs.window_start, qs.window_count
+                FROM {schema}.queue_settings qs WHERE qs.queue = s.queue FOR UPDATE) locked;
+            CONTINUE WHEN s.paused OR (s.limited_until IS NOT NULL AND s.limited_until > now());
+            IF s.concurrency IS NOT NULL THEN
+                allow := least(allow, s.concurrency - (
+                    SELECT count(*) FROM {schema}.jobs r
+                    WHERE r.queue = s.queue AND r.status = 'running')::int);
+            END IF;
+            IF s.rate_limit IS NOT NULL THEN
+                IF s.window_start IS NULL
+                   OR now() >= s.window_start + make_interval(secs => s.rate_period) THEN
+                    allow := least(allow, s.rate_limit);
+                ELSE
+                    allow := least(allow, s.rate_limit - s.window_count);
+                END IF;
+            END IF;
+            CONTINUE WHEN allow <= 0;
+            IF s.group_concurrency IS NOT NULL THEN
+                grouped := grouped || s.queue;
+                g_allows := g_allows || allow;
+                caps := caps || s.group_concurrency;
+                CONTINUE;
+            END IF;
+        END IF;
+        queues := queues || s.queue;
+        allows := allows || allow;
+    END LOOP;
+
+    IF cardinality(queues) = 0 AND cardinality(grouped) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- Pick the ids first, then update by primary key: a generic plan cannot know that the
+    -- candidates are few, and must never be tempted into a hash join over the whole table.
+    SELECT coalesce(array_agg(x.id), '{}') INTO picked FROM (
+        SELECT c.id, c.priority, c.run_at
+        FROM unnest(queues, allows) AS q(queue, allow)
+        CROSS JOIN LATERAL (
+            SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j
+            WHERE j.queue = q.queue AND j.status = 'pending' AND j.pending_deps = 0
+              AND j.run_at <= now() AND j.kind = ANY(p_kinds)
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT q.allow
+            FOR UPDATE SKIP LOCKED
+        ) c
+        UNION ALL
+        -- Queues with a per-group cap: rank candidates within their group and admit those
+        -- that fit under the cap next to the group's running jobs. Claims on these queues are
+        -- serialised by the settings lock, so nothing can over-admit between read and update.
+        SELECT g.id, g.priority, g.run_at
+        FROM unnest(grouped, g_allows, caps) AS q(queue, allow, cap)
+        CROSS JOIN LATERAL (
+            SELECT ranked.id, ranked.priority, ranked.run_at FROM (
+                SELECT w.*, row_number() OVER (PARTITION BY w.group_key
+                                               ORDER BY w.priority DESC, w.run_at, w.id) AS rn
+                FROM (SELECT j.id, j.priority, j.run_at, j.group_key FROM {schema}.jobs j
+                      WHERE j.queue = q.queue AND j.status = 'pending' AND j.pending_deps = 0
+                        AND j.run_at <= now() AND j.kind = ANY(p_kinds)
+                      ORDER BY j.priority DESC, j.run_at, j.id
+                      LIMIT q.allow * 20 + 100) w
+            ) ranked
+            LEFT JOIN (SELECT r.group_key, count(*) AS running FROM {schema}.jobs r
+                       WHERE r.queue = q.queue AND r.status = 'running' AND r.group_key IS NOT NULL
+                       GROUP BY r.group_key) busy ON busy.group_key = ranked.group_key
+            WHERE ranked.group_key IS NULL OR ranked.rn + coalesce(busy.running, 0) <= q.cap
+            ORDER BY ranked.priority DESC, ranked.run_at, ranked.id
+            LIMIT q.allow
+        ) g
+        ORDER BY 2 DESC, 3, 1
+        LIMIT p_limit + p_ahead
+    ) x;
+
+    IF cardinality(picked) = 0 THEN
+        RETURN;
+    END IF;
+
+    RETURN QUERY
+    WITH claimed AS (
+        UPDATE {schema}.jobs j
+        SET status = 'running', attempts = j.attempts + 1, lock_token = gen_random_uuid(),
+            heartbeat_at = now(), locked_until = now() + make_interval(secs => p_lease),
+            started_at = now()
+        WHERE j.id = ANY(picked)  -- locked by the pick above: still pending
+        RETURNING j.*
+    ),
+    counted AS (
+        UPDATE {schema}.queue_settings qs
+        SET window_start = CASE WHEN qs.window_start IS NULL
+                                  OR now() >= qs.window_start + make_interval(secs => qs.rate_period)
+                                THEN now() ELSE qs.window_start END,
+            window_count = CASE WHEN qs.window_start IS NULL
+                                  OR now() >= qs.window_start + make_interval(secs => qs.rate_period)
+                                THEN 0 ELSE qs.window_count END + n.started
+        FROM (SELECT queue, count(*)::int AS started FROM claimed GROUP BY queue) n
+        WHERE qs.queue = n.queue AND qs.rate_limit IS NOT NULL
+    )
+    SELECT claimed.* FROM claimed;
+END
+$fn$;

@@ -1,0 +1,122 @@
+-- finish_jobs: write many handler outcomes, each fenced by its lock token, then resolve flow
+-- dependents, wake the queues that gained claimable work, and apply retention, all in the
+-- caller's transaction. Returns the ids written: an id missing from the result was no longer
+-- owned by that claim (lease expired and reclaimed, cancelled, purged), and nothing was written
+-- for it.
+--
+-- p_statuses: completed | pending (retry, deferral, given back) | dead. p_delays: seconds from
+-- now for a pending outcome; NULL keeps the due time (a job given back unrun keeps its place).
+-- p_refunds: attempts given back (a deferral, a job given back); p_deferred: deferrals counted.
+CREATE OR REPLACE FUNCTION {schema}.finish_jobs(
+    p_ids bigint[], p_tokens uuid[], p_statuses text[], p_outputs text[], p_delays float8[],
+    p_errors text[], p_refunds int[], p_deferred int[], p_channel text
+) RETURNS SETOF bigint LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan SET jit = off AS $fn$
+DECLARE
+    done_ids     bigint[];
+    flow_ids     bigint[];
+    remove_ids   bigint[];
+    done_queues  text[];
+    wake_queues  text[];
+    trim_queues  text[];
+    trim_states  text[];
+    trim_keep    int[];
+    trimmed      record;
+BEGIN
+    -- One lock order for every multi-row writer of running jobs: ascending id. Only the rows
+    -- still held by the given tokens: no other row stays locked while the trim lock is awaited.
+    PERFORM 1 FROM {schema}.jobs j, unnest(p_ids, p_tokens) AS f(id, token)
+    WHERE j.id = f.id AND j.lock_token = f.token
+    ORDER BY j.id
+    FOR UPDATE OF j;
+    WITH written AS (
+        UPDATE {schema}.jobs j
+        SET status = f.status,
+            output = CASE WHEN f.status = 'completed' THEN f.output::jsonb ELSE j.output END,
+            run_at = CASE WHEN f.status = 'pending'  -- a NULL delay keeps the due time
+                          THEN coalesce(now() + make_interval(secs => f.delay), j.run_at)
+                          ELSE j.run_at END,
+            last_error = coalesce(f.error::jsonb, j.last_error),
+            attempts = j.attempts - f.refund,
+            deferrals = j.deferrals + f.deferred,
+            finished_at = CASE WHEN f.status = 'pending' THEN NULL ELSE now() END,
+            lock_token = NULL, locked_until = NULL
+        FROM unnest(p_ids, p_tokens, p_statuses, p_outputs, p_delays, p_errors, p_refunds,
+                    p_deferred) AS f(id, token, status, output, delay, error, refund, deferred)
+        WHERE j.id = f.id AND j.lock_token = f.token  -- a token is set only while running
+        RETURNING j.id, j.status, j.queue, j.flow_id,
+                  (j.retention -> j.status ->> 'count')::int AS keep_count
+    )
+    SELECT array_agg(id),
+           array_agg(id) FILTER (WHERE flow_id IS NOT NULL AND status <> 'pending'),
+           array_agg(id) FILTER (WHERE keep_count = 0),
+           array_agg(DISTINCT queue),
+           array_agg(DISTINCT queue) FILTER (WHERE status = 'pending'),
+           array_agg(queue) FILTER (WHERE keep_count > 0),
+           array_agg(status) FILTER (WHERE keep_count > 0),
+           array_agg(keep_count) FILTER (WHERE keep_count > 0)
+    INTO done_ids, flow_ids, remove_ids, done_queues, wake_queues,
+         trim_queues, trim_states, trim_keep
+    FROM written;
+
+    IF done_ids IS NULL THEN
+        RETURN;
+    END IF;
+    IF flow_ids IS NOT NULL THEN
+        wake_queues := coalesce(wake_queues, '{}') || ARRAY(
+            SELECT DISTINCT d.queue FROM {schema}.jobs d
+            WHERE d.id IN (SELECT {schema}.resolve_dependents(flow_ids)));
+    END IF;
+    -- A queue with a concurrency cap has a free slot now: wake its workers.
+    wake_queues := coalesce(wake_queues, '{}') || ARRAY(
+        SELECT qs.queue FROM {schema}.queue_settings qs
+        WHERE qs.queue = ANY(done_queues)
+          AND (qs.concurrency IS NOT NULL OR qs.group_concurrency IS NOT NULL));
+    IF cardinality(wake_queues) > 0 THEN
+        PERFORM pg_notify(p_channel, q) FROM unnest(wake_queues) AS q;
+    END IF;
+    -- Retention {"count": 0}: remove at once, unless a dependent still needs the output.
+    IF remove_ids IS NOT NULL THEN
+        DELETE FROM {schema}.jobs j
+        WHERE j.id = ANY(remove_ids)
+          AND NOT EXISTS (SELECT FROM {schema}.job_edges e JOIN {schema}.jobs d ON d.id = e.dependent_id
+                          WHERE e.prerequisite_id = j.id AND d.status IN ('pending', 'running'));
+    END IF;
+    -- Retention {"count": n > 0}: trim the history of each (queue, status) just written to, as
+    -- BullMQ does at completion. Trimmers of one history take turns (a transaction advisory
+    -- lock, taken in (queue, status) order) and the DELETE's snapshot is taken once the lock is
+    -- held, so it sees every row committed by earlier trimmers: the history is left at exactly n
+    -- (rows added by other writers, such as imports, are the GC's). It reads the newest n + w + 100
+    -- rows through jobs_finished_idx, w being how many this call added: a long history costs
+    -- nothing, and an excess beyond 100 rows (the retention just lowered) is left to the GC.
+    IF trim_queues IS NOT NULL THEN
+        FOR trimmed IN SELECT DISTINCT u.q, u.s FROM unnest(trim_queues, trim_states) AS u(q, s)
+                 ORDER BY u.q, u.s
+        LOOP
+            PERFORM pg_advisory_xact_lock(
+                hashtextextended(format('pgjobs:trim:{schema}:%s:%s', trimmed.q, trimmed.s), 0));
+        END LOOP;
+        DELETE FROM {schema}.jobs j
+        USING (
+            SELECT t.id
+            FROM (SELECT u.q, u.s, max(u.k) AS k, count(*)::int AS w
+                  FROM unnest(trim_queues, trim_states, trim_keep) AS u(q, s, k)
+                  GROUP BY u.q, u.s) g,
+            LATERAL (
+                SELECT newest.id, newest.keep,
+                       row_number() OVER (ORDER BY newest.finished_at DESC, newest.id DESC) AS rank
+                FROM (SELECT h.id, h.finished_at, (h.retention -> h.status ->> 'count')::int AS keep
+                      FROM {schema}.jobs h
+                      WHERE h.queue = g.q AND h.status = g.s AND h.finished_at IS NOT NULL
+                      ORDER BY h.finished_at DESC, h.id DESC
+                      LIMIT g.k + g.w + 100) newest
+            ) t
+            WHERE t.keep IS NOT NULL AND t.rank > t.keep
+        ) doomed
+        WHERE j.id = doomed.id
+          AND NOT EXISTS (SELECT FROM {schema}.job_edges e JOIN {schema}.jobs d ON d.id = e.dependent_id
+                          WHERE e.prerequisite_id = j.id AND d.status IN ('pending', 'running'));
+    END IF;
+    RETURN QUERY SELECT unnest(done_ids);
+END
+$fn$;

@@ -1,0 +1,98 @@
+-- The job event log (table job_events, migration 0004): a job enqueued with events=True has
+-- every transition appended in the same transaction as the change, so the log and the table
+-- never disagree. Written once per statement from its transition tables (one INSERT ... SELECT
+-- and one notification per queue), ordered by job id within the statement. Statement triggers
+-- have no WHEN clause: jobs without the flag are filtered inside.
+--
+-- Readers follow the log in commit-safe order, (txid, id), reading only transactions older
+-- than every one still running (events.sql), so an event never lands behind a reader's cursor.
+
+-- Added and removed rows: one event per row of the statement's transition table, `affected`.
+CREATE OR REPLACE FUNCTION {schema}.record_added_or_removed_events() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    INSERT INTO {schema}.job_events (queue, job_id, job_key, tenant, event, prev, data)
+    SELECT r.queue, r.id, r.job_key, r.tenant,
+           CASE TG_OP WHEN 'INSERT' THEN 'added' ELSE 'removed' END,
+           CASE TG_OP WHEN 'DELETE' THEN r.status END,
+           CASE TG_OP WHEN 'INSERT' THEN jsonb_build_object(
+               'name', r.name,
+               'state', CASE WHEN r.pending_deps > 0 THEN 'waiting_children'
+                             WHEN r.run_at > now() THEN 'delayed' ELSE 'ready' END,
+               'run_at', r.run_at, 'priority', r.priority) END
+    FROM affected r
+    WHERE r.record_events
+    ORDER BY r.id;
+    PERFORM pg_notify(TG_TABLE_SCHEMA || '_events', q.queue)
+    FROM (SELECT DISTINCT r.queue FROM affected r WHERE r.record_events) q;
+    RETURN NULL;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION {schema}.record_changed_events() RETURNS trigger LANGUAGE plpgsql AS $fn$
+DECLARE
+    notified int;
+BEGIN
+    WITH changed AS (
+        SELECT n.*, o.status AS prev,
+               CASE
+                   WHEN n.status IS DISTINCT FROM o.status THEN
+                       CASE WHEN n.status = 'running' THEN 'active'
+                            WHEN n.status = 'completed' THEN 'completed'
+                            WHEN n.status = 'dead' THEN 'failed'
+                            WHEN n.status = 'cancelled' THEN 'cancelled'
+                            WHEN o.status = 'running' THEN
+                                CASE WHEN n.deferrals > o.deferrals THEN 'deferred'
+                                     WHEN n.pending_deps > 0 THEN 'waiting_children'
+                                     WHEN n.last_error ->> 'type' = 'LeaseExpired'
+                                          AND n.last_error IS DISTINCT FROM o.last_error
+                                          THEN 'stalled'
+                                     ELSE 'retrying' END
+                            ELSE 'requeued' END
+                   WHEN n.status = 'pending' AND n.pending_deps = 0 AND o.pending_deps > 0
+                       THEN 'released'
+                   WHEN n.progress IS DISTINCT FROM o.progress AND n.status = 'running'
+                       THEN 'progress'
+                   WHEN n.status = 'pending' AND n.run_at IS DISTINCT FROM o.run_at
+                       THEN 'rescheduled'
+               END AS ev
+        FROM after_rows n JOIN before_rows o ON o.id = n.id
+        WHERE n.record_events
+    ),
+    written AS (
+        INSERT INTO {schema}.job_events (queue, job_id, job_key, tenant, event, prev, data)
+        SELECT c.queue, c.id, c.job_key, c.tenant, c.ev, c.prev,
+               CASE c.ev
+                   WHEN 'active' THEN jsonb_build_object('attempt', c.attempts)
+                   WHEN 'completed' THEN jsonb_build_object('output', c.output,
+                                                            'attempts', c.attempts)
+                   WHEN 'failed' THEN jsonb_build_object('error', c.last_error,
+                                                         'attempts', c.attempts,
+                                                         'max_attempts', c.max_attempts)
+                   WHEN 'cancelled' THEN NULL
+                   WHEN 'progress' THEN jsonb_build_object('progress', c.progress)
+                   WHEN 'requeued' THEN jsonb_build_object('run_at', c.run_at)
+                   WHEN 'released' THEN jsonb_build_object('run_at', c.run_at)
+                   WHEN 'rescheduled' THEN jsonb_build_object('run_at', c.run_at)
+                   ELSE jsonb_build_object('run_at', c.run_at, 'error', c.last_error,
+                                           'attempts', c.attempts)
+               END
+        FROM changed c
+        WHERE c.ev IS NOT NULL
+        ORDER BY c.id
+        RETURNING queue
+    )
+    SELECT count(pg_notify(TG_TABLE_SCHEMA || '_events', q.queue)) INTO notified
+    FROM (SELECT DISTINCT w.queue FROM written w) q;
+    RETURN NULL;
+END
+$fn$;
+
+CREATE OR REPLACE TRIGGER jobs_events_insert AFTER INSERT ON {schema}.jobs
+    REFERENCING NEW TABLE AS affected
+    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_added_or_removed_events();
+CREATE OR REPLACE TRIGGER jobs_events_update AFTER UPDATE ON {schema}.jobs
+    REFERENCING OLD TABLE AS before_rows NEW TABLE AS after_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_changed_events();
+CREATE OR REPLACE TRIGGER jobs_events_delete AFTER DELETE ON {schema}.jobs
+    REFERENCING OLD TABLE AS affected
+    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_added_or_removed_events();
