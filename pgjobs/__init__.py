@@ -22,7 +22,7 @@ from pgjobs.errors import (
     UnknownKind,
 )
 from pgjobs.events import EventStream
-from pgjobs.executor import create_pool
+from pgjobs.executor import TRANSIENT_ERRORS, create_pool
 from pgjobs.flows import EdgePolicy, Flow, SubmittedFlow
 from pgjobs.imports import ImportedEdge, ImportedJob
 from pgjobs.kinds import Kind, Registry
@@ -45,11 +45,13 @@ from pgjobs.models import (
 )
 from pgjobs.outcomes import Delayed, Fatal, Retry, WaitForPrerequisites
 from pgjobs.queues import QueueSettings
+from pgjobs.retrying import retry_delay
 from pgjobs.schedules import Schedule, Scheduler
 from pgjobs.worker import Worker, WorkerStats
 
 __all__ = [
     "DEFAULT_SCHEMA",
+    "TRANSIENT_ERRORS",
     "Backoff",
     "DedupRaceError",
     "Delayed",
@@ -102,4 +104,5 @@ __all__ = [
     "WorkerStats",
     "create_pool",
     "dsn_from_env",
+    "retry_delay",
 ]

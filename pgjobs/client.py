@@ -251,11 +251,21 @@ class JobQueue:
     # -- operations ------------------------------------------------------------------------
 
     async def cancel(
-        self, job_id: int, *, tenant: str | None = None, any_tenant: bool = False
+        self,
+        job_id: int,
+        *,
+        tenant: str | None = None,
+        any_tenant: bool = False,
+        connection: Connection | None = None,
     ) -> bool:
         """Cancel a pending or running job (a terminal state). A running job's worker learns it
-        at its next fenced write. Dependents are resolved by their edge policies."""
-        return bool(await self._ops.cancel([job_id], tenant=tenant, any_tenant=any_tenant))
+        at its next fenced write. Dependents are resolved by their edge policies. With
+        ``connection``, it happens in the caller's transaction."""
+        return bool(
+            await self._ops.cancel(
+                [job_id], tenant=tenant, any_tenant=any_tenant, connection=connection
+            )
+        )
 
     async def cancel_flow(
         self, flow_id: int, *, tenant: str | None = None, any_tenant: bool = False
@@ -279,10 +289,13 @@ class JobQueue:
         base = where or JobFilter()
         return await self._ops.requeue(JobFilter(**{**_fields(base), "status": "dead"}))
 
-    async def requeue_finished(self, where: JobFilter) -> list[int]:
+    async def requeue_finished(
+        self, where: JobFilter, *, connection: Connection | None = None
+    ) -> list[int]:
         """Re-drive every finished job (completed, dead or cancelled) matching ``where`` as a
-        new life cycle, in one transaction; returns their ids."""
-        return await self._ops.requeue(where)
+        new life cycle, in one transaction (the caller's, with ``connection``); returns their
+        ids."""
+        return await self._ops.requeue(where, connection)
 
     async def promote(
         self, job_id: int, *, tenant: str | None = None, any_tenant: bool = False
@@ -331,14 +344,19 @@ class JobQueue:
         )
 
     async def purge(
-        self, where: JobFilter | None = None, *, running: RunningPolicy = "skip"
+        self,
+        where: JobFilter | None = None,
+        *,
+        running: RunningPolicy = "skip",
+        connection: Connection | None = None,
     ) -> PurgeResult:
         """Delete every job matching ``where`` (all fields AND-ed; an empty filter purges all),
         in one transaction. Dependents are resolved first (a removed prerequisite releases
         block/ignore/continue edges and fails cascade ones). Running jobs are skipped (and
         counted) or, with ``running="cancel"``, deleted too: their workers' fenced writes
-        become no-ops. Obliterating a queue is ``purge(JobFilter(queue=...))``."""
-        return await self._ops.purge(where or JobFilter(), running)
+        become no-ops. Obliterating a queue is ``purge(JobFilter(queue=...))``. With
+        ``connection``, it happens in the caller's transaction."""
+        return await self._ops.purge(where or JobFilter(), running, connection)
 
     # -- queue settings --------------------------------------------------------------------
 
@@ -362,6 +380,14 @@ class JobQueue:
     async def set_group_concurrency(self, queue: str, limit: int | None) -> None:
         """At most ``limit`` running jobs per ``group_key`` in ``queue`` (None: no cap)."""
         await self._queues.set_group_concurrency(queue, limit)
+
+    async def set_max_stalls(self, queue: str, limit: int | None) -> None:
+        """The stall budget of ``queue``. A job stalls when its worker stops heartbeating and its
+        lease ends (the worker was killed, lost its connection, froze). With ``None`` (the
+        default) a stall uses the attempt it was on: the job runs again, or dies on its last
+        attempt. With ``limit`` n, the attempt is given back and the stall counted; the job
+        dies once it has stalled more than n times (BullMQ's ``maxStalledCount``)."""
+        await self._queues.set_max_stalls(queue, limit)
 
     async def limit_queue_for(self, queue: str, seconds: float) -> None:
         """Hand out nothing from ``queue`` for ``seconds``."""

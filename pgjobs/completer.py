@@ -12,12 +12,11 @@ from typing import Any
 from pgjobs.config import notify_channel
 from pgjobs.executor import TRANSIENT_ERRORS, Database
 from pgjobs.outcomes import Outcome
+from pgjobs.retrying import retry_delay
 
 logger = logging.getLogger("pgjobs.completer")
 
 MAX_BATCH = 1000
-RETRY_MIN_SECONDS = 0.05
-RETRY_MAX_SECONDS = 5.0
 
 
 class Completer:
@@ -64,18 +63,19 @@ class Completer:
 
     async def _flush_once(self) -> None:
         batch, self._buffer = self._buffer[:MAX_BATCH], self._buffer[MAX_BATCH:]
-        delay = RETRY_MIN_SECONDS
+        failures = 0
         while True:
             try:
                 written = await self._write([outcome for outcome, _ in batch])
                 break
             except TRANSIENT_ERRORS as exc:
                 # The outcomes are still in memory and still fenced: retrying is safe.
+                failures += 1
+                delay = retry_delay(failures, first=0.05)
                 logger.warning(
                     "writing %d outcomes failed (%s); retrying in %.2fs", len(batch), exc, delay
                 )
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_SECONDS)
             except Exception as exc:
                 # Not transient: give up on this batch and keep the completer alive. The jobs
                 # stay running until their lease expires; then they are rescued and run again.

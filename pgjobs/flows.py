@@ -231,10 +231,16 @@ class Flows:
                 "depends_on", result.id, dependent_id, conn=conn
             ):
                 raise FlowCycle([str(result.id), str(dependent_id)])
-            await self._db.fetchrow(
-                "attach_prerequisite", result.id, dependent_id, policy.value, conn=conn
+            await self._db.fetchval(
+                "attach_prerequisites",
+                [result.id],
+                [dependent_id],
+                [policy.value],
+                ["open"],
+                [None],
+                self._channel,
+                conn=conn,
             )
-            await self._db.fetch("resolve_finished_prerequisite", result.id, conn=conn)
             return result
 
         if connection is not None:

@@ -122,17 +122,15 @@ async def import_jobs(
                        for end in (e.prerequisite, e.dependent))
         ]  # fmt: skip
         if new_edges:
-            await db.fetch(
-                "import_edges",
+            await db.fetchval(
+                "attach_prerequisites",
                 [resolve(e.prerequisite) for e in new_edges],
                 [resolve(e.dependent) for e in new_edges],
                 [EdgePolicy(e.policy).value for e in new_edges],
                 [e.state for e in new_edges],
                 [_json("failure", e.failure) for e in new_edges],
+                notify_channel(db.schema),
                 conn=conn,
-            )
-            await db.fetch(
-                "recount_deps", sorted({resolve(e.dependent) for e in new_edges}), conn=conn
             )
         log_ids: list[int] = []
         log_lines: list[str] = []

@@ -98,6 +98,8 @@ class JobRow:
     heartbeat_at: datetime | None
     job_key: str | None
     retention: Any
+    stalls: int
+    """Times the job's lease ended while it ran (its worker stopped heartbeating)."""
     sub_state: SubState
 
 

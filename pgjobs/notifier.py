@@ -15,10 +15,10 @@ from typing import Any
 
 import asyncpg
 
+from pgjobs.retrying import retry_delay
+
 logger = logging.getLogger("pgjobs.notifier")
 
-RECONNECT_MIN_SECONDS = 0.1
-RECONNECT_MAX_SECONDS = 5.0
 
 
 class Notifier:
@@ -51,7 +51,7 @@ class Notifier:
         self._on_message(payload)
 
     async def _run(self) -> None:
-        delay = RECONNECT_MIN_SECONDS
+        failures = 0
         first = True
         while True:
             conn: Any = None
@@ -64,7 +64,7 @@ class Notifier:
                     logger.info("LISTEN %s re-established", self._channel)
                     self._on_message(None)
                 first = False
-                delay = RECONNECT_MIN_SECONDS
+                failures = 0
                 self._listening.set()
                 # A LISTEN connection that dies silently (server restart) is only noticed when
                 # used, so probe it now and then.
@@ -82,11 +82,12 @@ class Notifier:
             except Exception as exc:
                 if self._pool.is_closing():
                     return  # the owner closed the pool: nothing left to listen with
+                failures += 1
+                delay = retry_delay(failures, first=0.1)
                 logger.warning(
                     "LISTEN %s lost (%s); reconnecting in %.1fs", self._channel, exc, delay
                 )
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, RECONNECT_MAX_SECONDS)
             finally:
                 if conn is not None:
                     with contextlib.suppress(Exception):

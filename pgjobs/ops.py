@@ -30,8 +30,14 @@ class Operations:
         self._registry = registry
         self._channel = notify_channel(db.schema)
 
-    async def _in_transaction(self, work: Callable[[Connection], Awaitable[T]]) -> T:
-        """Run ``work`` in a transaction, retrying when PostgreSQL broke a deadlock."""
+    async def _in_transaction(
+        self, work: Callable[[Connection], Awaitable[T]], connection: Connection | None = None
+    ) -> T:
+        """Run ``work`` in a transaction: a savepoint of the caller's ``connection`` if given,
+        else one of our own, retried when PostgreSQL broke a deadlock."""
+        if connection is not None:
+            async with connection.transaction():
+                return await work(connection)
         for attempt in range(MAX_DEADLOCK_RETRIES):
             try:
                 async with self._db.transaction() as conn:
@@ -41,26 +47,23 @@ class Operations:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _resolve(self, conn: Connection, ids: list[int], *, removed: bool) -> None:
-        if not ids:
-            return
-        rows = await self._db.fetch("resolve_dependents", ids, removed, conn=conn)
-        queues = [row["queue"] for row in rows]
-        if queues:
-            await self._db.fetch("notify_queues", queues, self._channel, conn=conn)
-
     # -- cancel -----------------------------------------------------------------------------
 
     async def cancel(
-        self, job_ids: list[int], *, tenant: str | None, any_tenant: bool
+        self,
+        job_ids: list[int],
+        *,
+        tenant: str | None,
+        any_tenant: bool,
+        connection: Connection | None = None,
     ) -> list[int]:
         async def work(conn: Connection) -> list[int]:
-            rows = await self._db.fetch("cancel_jobs", job_ids, tenant, any_tenant, conn=conn)
-            cancelled = [row["id"] for row in rows]
-            await self._resolve(conn, cancelled, removed=False)
-            return cancelled
+            rows = await self._db.fetch(
+                "cancel_jobs", job_ids, tenant, any_tenant, self._channel, conn=conn
+            )
+            return [row["id"] for row in rows]
 
-        return await self._in_transaction(work)
+        return await self._in_transaction(work, connection)
 
     async def cancel_flow(self, flow_id: int, *, tenant: str | None, any_tenant: bool) -> list[int]:
         async def work(conn: Connection) -> list[int]:
@@ -70,16 +73,16 @@ class Operations:
                     "flow_job_ids", flow_id, ["pending", "running"], tenant, any_tenant, conn=conn
                 )
             ]
-            rows = await self._db.fetch("cancel_jobs", ids, tenant, any_tenant, conn=conn)
-            cancelled = [row["id"] for row in rows]
-            await self._resolve(conn, cancelled, removed=False)
-            return cancelled
+            rows = await self._db.fetch(
+                "cancel_jobs", ids, tenant, any_tenant, self._channel, conn=conn
+            )
+            return [row["id"] for row in rows]
 
         return await self._in_transaction(work)
 
     # -- re-drive ---------------------------------------------------------------------------
 
-    async def requeue(self, where: JobFilter) -> list[int]:
+    async def requeue(self, where: JobFilter, connection: Connection | None = None) -> list[int]:
         sql, params = filters.where(where, 1, "j", self._db.schema)
         statement = self._db.statements["requeue_where"].replace("{where}", sql)
 
@@ -90,7 +93,7 @@ class Operations:
                 await self._db.fetch("notify_queues", queues, self._channel, conn=conn)
             return [row["id"] for row in rows]
 
-        return await self._in_transaction(work)
+        return await self._in_transaction(work, connection)
 
     async def promote(self, job_id: int, *, tenant: str | None, any_tenant: bool) -> bool:
         row = await self._db.fetchrow("promote", job_id, tenant, any_tenant, self._channel)
@@ -142,7 +145,9 @@ class Operations:
 
     # -- purge ------------------------------------------------------------------------------
 
-    async def purge(self, where: JobFilter, running: RunningPolicy) -> PurgeResult:
+    async def purge(
+        self, where: JobFilter, running: RunningPolicy, connection: Connection | None = None
+    ) -> PurgeResult:
         if running not in ("skip", "cancel"):
             raise InvalidOption("running", f"must be 'skip' or 'cancel', got {running!r}")
         sql, params = filters.where(where, 2, "j", self._db.schema)
@@ -152,15 +157,14 @@ class Operations:
 
         async def work(conn: Connection) -> PurgeResult:
             ids = [row["id"] for row in await conn.fetch(lock, running == "cancel", *params)]
-            await self._resolve(conn, ids, removed=True)
-            deleted = await conn.execute(self._db.statements["purge_delete"], ids)
+            deleted = await self._db.fetchval("remove_jobs", ids, self._channel, conn=conn)
             # Counted after the cascades: a running row this purge cancelled is not "skipped".
             skipped = (
                 0 if running == "cancel" else await conn.fetchval(count_running, *count_params)
             )
-            return PurgeResult(int(deleted.split()[-1]), int(skipped))
+            return PurgeResult(int(deleted), int(skipped))
 
-        return await self._in_transaction(work)
+        return await self._in_transaction(work, connection)
 
 
 def _log_line(line: Any) -> str:

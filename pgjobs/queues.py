@@ -22,6 +22,9 @@ class QueueSettings:
     rate_limit: int | None = None
     rate_period: float | None = None
     limited_until: datetime | None = None
+    max_stalls: int | None = None
+    """Stall budget: None, a stalled job's attempt counts; n, stalls give their attempt back and
+    the job fails once it has stalled more than n times."""
 
 
 def _cap(option: str, value: Any) -> int | None:
@@ -45,6 +48,7 @@ class QueueControl:
             values.get("rate_period"),
             values.get("limited_until"),
             self._channel,
+            values.get("max_stalls"),
             conn=conn,
         )
 
@@ -85,6 +89,10 @@ class QueueControl:
             )
         await self._set(queue, ["rate"], rate_limit=max_jobs, rate_period=float(per_seconds))
 
+    async def set_max_stalls(self, queue: str, limit: int | None) -> None:
+        stalls = None if limit is None else options.integer("max_stalls", limit, 0, 1_000_000)
+        await self._set(queue, ["max_stalls"], max_stalls=stalls)
+
     async def limit_for(self, queue: str, seconds: float) -> None:
         """Hand out nothing from ``queue`` for ``seconds`` (BullMQ's ``rateLimit(ms)``)."""
         delay = options.delay_seconds(seconds, "seconds")
@@ -103,4 +111,5 @@ class QueueControl:
             rate_limit=row["rate_limit"],
             rate_period=row["rate_period"],
             limited_until=row["limited_until"],
+            max_stalls=row["max_stalls"],
         )

@@ -23,6 +23,7 @@ from pgjobs.executor import TRANSIENT_ERRORS, Database
 from pgjobs.kinds import Kind, Registry
 from pgjobs.notifier import Notifier
 from pgjobs.outcomes import Outcome
+from pgjobs.retrying import retry_delay, wait_or_stop
 
 logger = logging.getLogger("pgjobs.worker")
 
@@ -179,11 +180,9 @@ class Worker:
                 return True
             except TRANSIENT_ERRORS as exc:
                 failures += 1
-                delay = _retry_delay(failures)
+                delay = retry_delay(failures)
                 logger.warning("schema check failed (%s); retrying in %.1fs", exc, delay)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), timeout=delay)
-                if self._stopping.is_set():
+                if await wait_or_stop(delay, self._stopping):
                     return False
 
     def start(self) -> asyncio.Task[None]:
@@ -258,12 +257,12 @@ class Worker:
                 failures = 0
             except TRANSIENT_ERRORS as exc:
                 failures += 1
-                sleep = _retry_delay(failures)
+                sleep = retry_delay(failures)
                 logger.warning("claim failed (%s); retrying in %.1fs", exc, sleep)
                 rows = []
             except Exception:  # never let the worker die silently: log it and back off
                 failures += 1
-                sleep = _retry_delay(failures)
+                sleep = retry_delay(failures)
                 logger.exception("claim failed unexpectedly; retrying in %.1fs", sleep)
                 rows = []
             for row in sorted(rows, key=lambda r: (-r["priority"], r["run_at"], r["id"])):
@@ -440,23 +439,7 @@ class Worker:
     async def _rescue_loop(self) -> None:
         while True:
             try:
-                async with self._db.transaction() as conn:
-                    rows = await self._db.fetch(
-                        "rescue_stalled", RESCUE_BATCH, self._channel, conn=conn
-                    )
-                    # A job that died of its last lease resolves its flow dependents now.
-                    died = [
-                        r["id"] for r in rows if r["status"] == "dead" and r["flow_id"] is not None
-                    ]
-                    if died:
-                        woken = await self._db.fetch("resolve_dependents", died, False, conn=conn)
-                        if woken:
-                            await self._db.fetch(
-                                "notify_queues",
-                                [r["queue"] for r in woken],
-                                self._channel,
-                                conn=conn,
-                            )
+                rows = await self._db.fetch("rescue_stalled", RESCUE_BATCH, self._channel)
                 if rows:
                     self.stats.rescued += len(rows)
                     logger.warning("rescued %d stalled job(s) whose lease had expired", len(rows))
@@ -465,12 +448,6 @@ class Worker:
             except Exception:
                 logger.exception("stalled-job rescue failed unexpectedly; will retry")
             await asyncio.sleep(self.rescue_interval)
-
-
-def _retry_delay(failures: int) -> float:
-    """Seconds before retrying after ``failures`` consecutive database errors: 0.2 s doubling,
-    at most 5 s."""
-    return min(0.1 * 2.0**failures, 5.0)
 
 
 def _given_back(ctx: JobContext) -> Outcome:

@@ -22,7 +22,7 @@ JOB_COLUMNS = (
     "id, queue, kind, name, payload, output, status, priority, run_at, attempts, max_attempts, "
     "deferrals, max_deferrals, backoff, dedup_key, group_key, flow_id, pending_deps, tenant, "
     "metadata, progress, last_error, created_at, started_at, finished_at, heartbeat_at, job_key, "
-    "retention, {schema}.sub_state(status, pending_deps, run_at, attempts) AS sub_state"
+    "retention, stalls, {schema}.sub_state(status, pending_deps, run_at, attempts) AS sub_state"
 )
 
 _HEADER = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
@@ -99,8 +99,11 @@ DEFINITION_FILES = (
     "sub_state.sql",
     "flow_stats.sql",
     "resolve_dependents.sql",
+    "attach_prerequisites.sql",
     "claim_jobs.sql",
     "finish_jobs.sql",
+    "rescue_stalled_jobs.sql",
+    "cancel_and_remove_jobs.sql",
     "job_events.sql",
 )
 """The files of schema/, in applying order (a SQL function is checked against the functions it

@@ -21,8 +21,8 @@ FOR UPDATE;
 -- unless its prerequisite completed; pending_deps recomputed; completed nodes kept as they are.
 WITH redriven AS (
     UPDATE {schema}.jobs j
-    SET status = 'pending', attempts = 0, deferrals = 0, run_at = now(), finished_at = NULL,
-        lock_token = NULL, locked_until = NULL
+    SET status = 'pending', attempts = 0, deferrals = 0, stalls = 0, run_at = now(),
+        finished_at = NULL, lock_token = NULL, locked_until = NULL
     WHERE j.flow_id = $1 AND j.status IN ('dead', 'cancelled')
     RETURNING j.id, j.queue
 ),
@@ -37,6 +37,9 @@ edges AS (
 SELECT id, queue FROM redriven;
 
 -- name: recount_flow_deps
+-- Recount after lock_flow: every node was locked by an earlier statement, so this statement's
+-- snapshot sees every edge change committed before the lock, and no other can commit before
+-- this transaction ends (sql/schema/resolve_dependents.sql explains why recounts need this).
 UPDATE {schema}.jobs d
 SET pending_deps = (SELECT count(*) FROM {schema}.job_edges e
                     WHERE e.dependent_id = d.id AND e.state IN ('open', 'blocked'))
@@ -99,22 +102,11 @@ WITH RECURSIVE up(id) AS (
 )
 SELECT EXISTS (SELECT FROM up WHERE id = $2);
 
--- name: attach_prerequisite
--- Edge $1 -> $2 with policy $3; the dependent's count of open prerequisites follows. A
--- prerequisite already finished is resolved at once (resolve_dependents applies the policy).
-WITH edge AS (
-    INSERT INTO {schema}.job_edges (prerequisite_id, dependent_id, policy)
-    VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING 1
-),
-counted AS (
-    UPDATE {schema}.jobs d SET pending_deps = d.pending_deps + (SELECT count(*) FROM edge)
-    WHERE d.id = $2 RETURNING d.id
-)
-SELECT (SELECT count(*) FROM edge) AS added, (SELECT count(*) FROM counted) AS counted;
-
--- name: resolve_finished_prerequisite
-SELECT {schema}.resolve_dependents(ARRAY[$1::bigint])
-FROM {schema}.jobs WHERE id = $1 AND status IN ('completed', 'dead', 'cancelled');
+-- name: attach_prerequisites
+-- Edges $1[i] -> $2[i] with policies $3, states $4 and failures $5 (sql/schema/
+-- attach_prerequisites.sql); returns how many were added. $6: channel.
+SELECT {schema}.attach_prerequisites($1::bigint[], $2::bigint[], $3::text[], $4::text[],
+                                     $5::text[]::jsonb[], $6::text);
 
 -- name: open_prerequisites
 -- Job $1's prerequisites still open (or blocked), if the caller still owns it (token $2).

@@ -48,21 +48,10 @@ LEFT JOIN LATERAL (
 ) existing ON true
 ORDER BY src.ord;
 
--- name: import_edges
-INSERT INTO {schema}.job_edges (prerequisite_id, dependent_id, policy, state, failure)
-SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[]::jsonb[])
-ON CONFLICT DO NOTHING;
-
 -- name: import_logs
 INSERT INTO {schema}.job_logs (job_id, line)
 SELECT job_id, line FROM unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS u(job_id, line, n)
 ORDER BY n;
-
--- name: recount_deps
-UPDATE {schema}.jobs d
-SET pending_deps = (SELECT count(*) FROM {schema}.job_edges e
-                    WHERE e.dependent_id = d.id AND e.state IN ('open', 'blocked'))
-WHERE d.id = ANY($1::bigint[]) AND d.status = 'pending';
 
 -- name: reserve_ids
 -- Make every id the engine hands out from now on greater than $1.

@@ -2,31 +2,15 @@
 -- transaction opened by pgjobs.ops; {where} is a JobFilter rendered by sql/filters.py.
 
 -- name: cancel_jobs
--- Cancel pending or running jobs ($1 ids) of tenant $2 (or any, $3). A running job's worker
--- finds its token gone at its next fenced write. Returns the ids cancelled.
-WITH target AS (
-    SELECT id FROM {schema}.jobs
-    WHERE id = ANY($1::bigint[]) AND status IN ('pending', 'running')
-      AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text)
-    ORDER BY id
-    FOR UPDATE
-)
-UPDATE {schema}.jobs j
-SET status = 'cancelled', finished_at = now(), lock_token = NULL, locked_until = NULL
-FROM target WHERE j.id = target.id
-RETURNING j.id;
+-- Cancel pending or running jobs ($1 ids) of tenant $2 (or any, $3), resolving their
+-- dependents and waking their queues ($4); returns the ids cancelled.
+SELECT cancelled AS id FROM {schema}.cancel_jobs($1::bigint[], $2::text, $3::bool, $4::text) AS cancelled;
 
 -- name: flow_job_ids
 -- The jobs of flow $1 in statuses $2, for tenant $3 (or any, $4).
 SELECT id FROM {schema}.jobs
 WHERE flow_id = $1 AND status = ANY($2::text[]) AND ($4::bool OR tenant IS NOT DISTINCT FROM $3::text)
 ORDER BY id;
-
--- name: resolve_dependents
--- Apply edge policies for prerequisites that finished ($2 false) or are being removed ($2 true);
--- returns the queues of dependents that became claimable.
-SELECT DISTINCT d.queue FROM {schema}.jobs d
-WHERE d.id IN (SELECT {schema}.resolve_dependents($1::bigint[], $2::bool));
 
 -- name: notify_queues
 SELECT pg_notify($2, q) FROM unnest($1::text[]) AS q;
@@ -35,7 +19,9 @@ SELECT pg_notify($2, q) FROM unnest($1::text[]) AS q;
 -- A manual re-drive of finished jobs matching {where}: a new life cycle (attempts and deferrals
 -- reset, due now). A job whose dedup key another in-flight job holds is skipped, and of several
 -- matching jobs sharing a key only the newest is re-driven. Blocked edges it failed stay
--- counted and are reopened. Returns the re-driven ids and queues.
+-- counted and are reopened. The job's own count of open prerequisites is kept as it is: it is
+-- exact in every status (resolve_dependents keeps it whatever the dependent's status).
+-- Returns the re-driven ids and queues.
 WITH target AS (
     SELECT j.id FROM {schema}.jobs j
     WHERE {where} AND j.status IN ('dead', 'cancelled', 'completed')
@@ -53,10 +39,8 @@ one_per_key AS (
 ),
 redriven AS (
     UPDATE {schema}.jobs j
-    SET status = 'pending', attempts = 0, deferrals = 0, run_at = now(), finished_at = NULL,
-        lock_token = NULL, locked_until = NULL,
-        pending_deps = (SELECT count(*) FROM {schema}.job_edges e
-                        WHERE e.dependent_id = j.id AND e.state IN ('open', 'blocked'))
+    SET status = 'pending', attempts = 0, deferrals = 0, stalls = 0, run_at = now(),
+        finished_at = NULL, lock_token = NULL, locked_until = NULL
     FROM one_per_key o WHERE j.id = o.id
     RETURNING j.id, j.queue
 ),
@@ -128,8 +112,9 @@ WHERE {where} AND (j.status <> 'running' OR $1::bool)
 ORDER BY j.id
 FOR UPDATE;
 
--- name: purge_delete
-DELETE FROM {schema}.jobs WHERE id = ANY($1::bigint[]);
+-- name: remove_jobs
+-- Delete the jobs $1 (locked by purge_lock), resolving their dependents first; $2: channel.
+SELECT {schema}.remove_jobs($1::bigint[], $2::text);
 
 -- name: count_running_where
 SELECT count(*) FROM {schema}.jobs j WHERE {where} AND j.status = 'running';

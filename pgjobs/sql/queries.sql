@@ -150,28 +150,9 @@ WHERE j.id = owned.id
 RETURNING j.id;
 
 -- name: rescue_stalled
--- Put running jobs whose lease ended back to pending (or dead on their last attempt).
--- The attempt they were on counts as used: a job that keeps killing its worker dies. A job put
--- back keeps its run_at, so it resumes its place in the claim order, ahead of what was enqueued
--- after it (BullMQ likewise pushes a stalled job to the front of `wait`), not behind the backlog.
-WITH stalled AS (
-    SELECT id FROM {schema}.jobs
-    WHERE status = 'running' AND locked_until < now()
-    ORDER BY locked_until
-    LIMIT $1
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE {schema}.jobs j
-SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'pending' END,
-    lock_token = NULL, locked_until = NULL,
-    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
-    last_error = jsonb_build_object(
-        'type', 'LeaseExpired', 'attempt', j.attempts, 'at', now(),
-        'message', format('lease expired during attempt %s: its worker stopped heartbeating',
-                          j.attempts))
-FROM stalled
-WHERE j.id = stalled.id
-RETURNING j.id, j.status, j.flow_id, pg_notify($2, j.queue)::text;
+-- Put back up to $1 running jobs whose lease ended (sql/schema/rescue_stalled_jobs.sql);
+-- wakes their queues on channel $2 and resolves the dependents of those that died.
+SELECT id, status FROM {schema}.rescue_stalled_jobs($1::int, $2::text);
 
 -- name: set_progress
 -- Fenced progress write; also a heartbeat. Returns the id when still owned.

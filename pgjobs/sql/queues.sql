@@ -1,11 +1,11 @@
 -- Queue settings: one row per queue that has any. Enforced inside claim_jobs.
 
 -- name: upsert_queue_setting
--- Set one group of settings of queue $1 and wake its workers ($10: channel). Columns not named
+-- Set one group of settings of queue $1 and wake its workers ($9: channel). Columns not named
 -- by $2 keep their value.
 INSERT INTO {schema}.queue_settings AS qs (queue, paused, concurrency, group_concurrency,
-                                           rate_limit, rate_period, limited_until)
-VALUES ($1, coalesce($3, false), $4, $5, $6, $7, $8)
+                                           rate_limit, rate_period, limited_until, max_stalls)
+VALUES ($1, coalesce($3, false), $4, $5, $6, $7, $8, $10)
 ON CONFLICT (queue) DO UPDATE SET
     paused = CASE WHEN 'paused' = ANY($2::text[]) THEN coalesce($3, false) ELSE qs.paused END,
     concurrency = CASE WHEN 'concurrency' = ANY($2::text[]) THEN $4 ELSE qs.concurrency END,
@@ -22,6 +22,7 @@ ON CONFLICT (queue) DO UPDATE SET
                              AND (qs.rate_limit, qs.rate_period) IS DISTINCT FROM ($6, $7)
                         THEN 0 ELSE qs.window_count END,
     limited_until = CASE WHEN 'limited_until' = ANY($2::text[]) THEN $8 ELSE qs.limited_until END,
+    max_stalls = CASE WHEN 'max_stalls' = ANY($2::text[]) THEN $10 ELSE qs.max_stalls END,
     updated_at = now()
 RETURNING queue, pg_notify($9, queue);
 
@@ -34,5 +35,5 @@ RETURNING limited_until;
 
 -- name: queue_settings
 SELECT queue, paused, concurrency, group_concurrency, rate_limit, rate_period, limited_until,
-       window_start, window_count
+       window_start, window_count, max_stalls
 FROM {schema}.queue_settings WHERE queue = ANY($1::text[]) ORDER BY queue;

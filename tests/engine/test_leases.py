@@ -405,3 +405,25 @@ async def test_a_rescued_job_keeps_its_place_in_the_queue(
     assert [r["status"] for r in rescued] == ["pending"]
     await jobs.worker(concurrency=1).run(until_drained=True)
     assert order == [1, 2, 3]  # back in its place, not behind the jobs enqueued meanwhile
+
+
+async def test_a_stall_budget_gives_the_attempt_back_until_it_is_spent(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    """With ``set_max_stalls(queue, 1)`` a job whose worker died runs again without losing an
+    attempt, and fails ("stalled more than allowable limit") when it stalls a second time."""
+    registry.declare("fragile", input=Task, max_attempts=1)
+    await jobs.set_max_stalls("default", 1)
+    assert (await jobs.queue_settings("default")).max_stalls == 1
+    job = await jobs.enqueue("fragile", {})
+    channel = notify_channel(jobs.schema)
+    for expected in ("pending", "dead"):
+        assert len(await jobs.db.fetch("claim", ["default"], ["fragile"], 1, 30.0, 0)) == 1
+        await expire_lease(jobs, job.id)
+        rescued = await jobs.db.fetch("rescue_stalled", 100, channel)
+        assert [(r["id"], r["status"]) for r in rescued] == [(job.id, expected)]
+        row = await jobs.get(job.id)
+        assert row is not None and row.attempts == 0 and row.status == expected
+    assert row.stalls == 2 and row.last_error["message"] == "job stalled more than allowable limit"
+    await jobs.set_max_stalls("default", None)
+    assert (await jobs.queue_settings("default")).max_stalls is None

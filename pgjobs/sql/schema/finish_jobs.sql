@@ -63,9 +63,7 @@ BEGIN
         RETURN;
     END IF;
     IF flow_ids IS NOT NULL THEN
-        wake_queues := coalesce(wake_queues, '{}') || ARRAY(
-            SELECT DISTINCT d.queue FROM {schema}.jobs d
-            WHERE d.id IN (SELECT {schema}.resolve_dependents(flow_ids)));
+        PERFORM {schema}.wake_dependents(flow_ids, false, p_channel);
     END IF;
     -- A queue with a concurrency cap has a free slot now: wake its workers.
     wake_queues := coalesce(wake_queues, '{}') || ARRAY(

@@ -1,11 +1,25 @@
--- resolve_dependents: the one place where a prerequisite's end reaches its dependents. Called
--- by finish_jobs (outcomes), the rescue of a job that died of its last lease, cancels, and
--- purges (p_removed: the prerequisites are about to be deleted).
+-- Dependents: the one place where a prerequisite's end reaches the jobs that wait for it.
 --
--- Completed releases an edge; a failure applies the edge's policy (block keeps counting until
--- the prerequisite is re-driven or removed; cascade fails the dependent, transitively; ignore
--- and continue release it with the failure recorded). Returns the ids of dependents that became
--- claimable.
+-- A dependent's pending_deps counts its incoming edges in state open or blocked. It is kept by
+-- decrements, never by recounting: every statement that moves an edge out of those two states
+-- subtracts what it moved, from the dependent's row as it stands when the statement has locked
+-- it. Why that is exact under READ COMMITTED, whatever commits in between:
+--   * an edge leaves the counted states once. The UPDATE that moves it locks the edge row; a
+--     concurrent mover waits for that lock, then re-checks the state on the row's newest
+--     version (PostgreSQL's re-evaluation of an UPDATE's WHERE after a lock wait) and skips it;
+--   * "pending_deps - n" is computed on the dependent's newest row version, after the lock
+--     wait, not on the statement's snapshot: two decrements by overlapping transactions
+--     compose. (A recount, count(*) over the edges, would read the snapshot taken before the
+--     other transaction committed, and two siblings finishing together would both write 1.)
+-- Anything that recounts (the re-drive of a whole flow) locks the dependents in one statement
+-- and counts in the next, whose fresh snapshot sees every commit that preceded the lock.
+
+-- resolve_dependents: resolve the open edges leaving prerequisites that just ended (or are
+-- about to be deleted, with p_removed). Completed releases an edge; a failure applies its
+-- policy (block keeps counting until the prerequisite is re-driven or removed; cascade fails a
+-- pending dependent, transitively; ignore and continue release it, with the failure recorded;
+-- continue also releases the dependent's other edges). Returns the dependents that became
+-- claimable. Callers go through wake_dependents, which also wakes their queues.
 CREATE OR REPLACE FUNCTION {schema}.resolve_dependents(p_ids bigint[], p_removed boolean DEFAULT false)
 RETURNS SETOF bigint LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -15,10 +29,12 @@ DECLARE
     dep       bigint[];
     pol       text[];
     outcome   text[];
+    continues bigint[];
+    released  bigint[];
     cascaded  bigint[];
 BEGIN
     WHILE cardinality(frontier) > 0 LOOP
-        -- The open edges leaving this round's prerequisites, locked in a stable order.
+        -- The counted edges leaving this round's prerequisites, locked in a stable order.
         SELECT coalesce(array_agg(x.prerequisite_id), '{}'), coalesce(array_agg(x.dependent_id), '{}'),
                coalesce(array_agg(x.policy), '{}'), coalesce(array_agg(x.outcome), '{}')
         INTO pre, dep, pol, outcome
@@ -33,34 +49,47 @@ BEGIN
             FOR UPDATE OF e
         ) x;
         EXIT WHEN cardinality(pre) = 0;
-
-        -- Block keeps counting while its prerequisite is failed (a re-drive or a removal
-        -- releases it); every other policy releases the edge and keeps the failure readable.
-        UPDATE {schema}.job_edges e
-        SET state = CASE
-                WHEN r.outcome = 'completed' THEN 'satisfied'
-                WHEN r.policy = 'block' AND r.outcome <> 'removed' THEN 'blocked'
-                WHEN r.policy = 'block' THEN 'released'
-                WHEN r.policy = 'cascade' THEN 'failed'
-                ELSE 'ignored' END,
-            failure = CASE WHEN r.outcome = 'completed' THEN NULL ELSE j.last_error END
-        FROM unnest(pre, dep, pol, outcome) AS r(prerequisite_id, dependent_id, policy, outcome)
-        JOIN {schema}.jobs j ON j.id = r.prerequisite_id
-        WHERE e.prerequisite_id = r.prerequisite_id AND e.dependent_id = r.dependent_id;
-
-        -- continue: the dependent runs now; its other open edges stop counting.
-        UPDATE {schema}.job_edges e SET state = 'released'
+        -- Dependents that a failure under continue lets run now.
+        SELECT coalesce(array_agg(DISTINCT r.dependent_id), '{}') INTO continues
         FROM unnest(dep, pol, outcome) AS r(dependent_id, policy, outcome)
-        WHERE r.policy = 'continue' AND r.outcome <> 'completed'
-          AND e.dependent_id = r.dependent_id AND e.state IN ('open', 'blocked');
+        WHERE r.policy = 'continue' AND r.outcome <> 'completed';
 
-        -- Recount pending_deps of every dependent touched: exact, whatever happened above.
-        -- Edges of prerequisites being removed are about to vanish with them.
-        UPDATE {schema}.jobs d
-        SET pending_deps = (SELECT count(*) FROM {schema}.job_edges e
-                            WHERE e.dependent_id = d.id AND e.state IN ('open', 'blocked')
-                              AND NOT (removing AND e.prerequisite_id = ANY(frontier)))
-        WHERE d.id = ANY(dep);
+        -- Move the edges, and list the dependent of every edge that stopped counting (once per
+        -- edge). Block keeps counting while its prerequisite is failed (a re-drive or a removal
+        -- releases it); every other ending releases the edge, keeping the failure readable; a
+        -- continue dependent's other counted edges are released too.
+        WITH moved AS (
+            UPDATE {schema}.job_edges e
+            SET state = CASE
+                    WHEN r.outcome = 'completed' THEN 'satisfied'
+                    WHEN r.policy = 'block' AND r.outcome <> 'removed'
+                         AND NOT (r.dependent_id = ANY(continues)) THEN 'blocked'
+                    WHEN r.policy = 'block' THEN 'released'
+                    WHEN r.policy = 'cascade' THEN 'failed'
+                    ELSE 'ignored' END,
+                failure = CASE WHEN r.outcome = 'completed' THEN NULL ELSE j.last_error END
+            FROM unnest(pre, dep, pol, outcome) AS r(prerequisite_id, dependent_id, policy, outcome)
+            JOIN {schema}.jobs j ON j.id = r.prerequisite_id
+            WHERE e.prerequisite_id = r.prerequisite_id AND e.dependent_id = r.dependent_id
+            RETURNING e.dependent_id, e.state
+        ),
+        continued AS (
+            UPDATE {schema}.job_edges e SET state = 'released'
+            WHERE e.dependent_id = ANY(continues) AND e.state IN ('open', 'blocked')
+              AND NOT (e.prerequisite_id = ANY(pre))
+            RETURNING e.dependent_id
+        )
+        SELECT coalesce(array_agg(m.dependent_id), '{}') INTO released
+        FROM (SELECT dependent_id FROM moved WHERE state <> 'blocked'
+              UNION ALL SELECT dependent_id FROM continued) m;
+
+        -- Lock the dependents in id order (the one order every multi-row writer of jobs uses),
+        -- then take what stopped counting off their newest row versions.
+        PERFORM 1 FROM {schema}.jobs d WHERE d.id = ANY(released) ORDER BY d.id FOR UPDATE;
+        UPDATE {schema}.jobs d SET pending_deps = d.pending_deps - n.released
+        FROM (SELECT r.id, count(*)::int AS released FROM unnest(released) AS r(id)
+              GROUP BY r.id) n
+        WHERE d.id = n.id;
 
         -- cascade: a pending dependent fails with its prerequisite (dead, or cancelled when the
         -- prerequisite was cancelled or removed); its own dependents are resolved next round.
@@ -82,10 +111,26 @@ BEGIN
 
         RETURN QUERY
             SELECT d.id FROM {schema}.jobs d
-            WHERE d.id = ANY(dep) AND d.status = 'pending' AND d.pending_deps = 0;
+            WHERE d.id = ANY(released) AND d.status = 'pending' AND d.pending_deps = 0;
 
         frontier := cascaded;
         removing := false;
     END LOOP;
+END
+$fn$;
+
+-- wake_dependents: resolve_dependents, then notify p_channel (at commit) with the queue of each
+-- dependent that became claimable. Returns how many did.
+CREATE OR REPLACE FUNCTION {schema}.wake_dependents(p_ids bigint[], p_removed boolean, p_channel text)
+RETURNS int LANGUAGE plpgsql AS $fn$
+DECLARE
+    woken  bigint[];
+    queues text[];
+BEGIN
+    SELECT coalesce(array_agg(d.id), '{}'), coalesce(array_agg(DISTINCT d.queue), '{}')
+    INTO woken, queues
+    FROM {schema}.jobs d WHERE d.id IN (SELECT {schema}.resolve_dependents(p_ids, p_removed));
+    PERFORM pg_notify(p_channel, q) FROM unnest(queues) AS q;
+    RETURN cardinality(woken);
 END
 $fn$;

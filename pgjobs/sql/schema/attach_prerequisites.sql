@@ -1,0 +1,45 @@
+-- attach_prerequisites: add edges prerequisite p_pre[i] -> dependent p_dep[i] (policy, state
+-- and recorded failure each given; an existing edge is kept), to jobs that may already exist
+-- and be running: a child added to a running parent, an imported flow. Returns how many edges
+-- were added.
+--
+-- A prerequisite that ends while its new edge is being written must not leave the edge open
+-- for ever: the prerequisites are locked (FOR SHARE, in id order) before the edges are
+-- written, so a finish of one either committed before (the statements below, with fresh
+-- snapshots, see it ended and resolve its edges now) or waits for this transaction (and its
+-- own resolution, a later statement, sees the edges). Dependents gain one count per counted
+-- edge (open, blocked), taken on their locked rows, as resolve_dependents takes them off.
+CREATE OR REPLACE FUNCTION {schema}.attach_prerequisites(
+    p_pre bigint[], p_dep bigint[], p_policy text[], p_state text[], p_failure jsonb[],
+    p_channel text
+) RETURNS int LANGUAGE plpgsql AS $fn$
+DECLARE
+    counted bigint[];
+    added   int;
+    ended   bigint[];
+BEGIN
+    PERFORM 1 FROM {schema}.jobs p WHERE p.id = ANY(p_pre) ORDER BY p.id FOR SHARE;
+    WITH inserted AS (
+        INSERT INTO {schema}.job_edges (prerequisite_id, dependent_id, policy, state, failure)
+        SELECT * FROM unnest(p_pre, p_dep, p_policy, p_state, p_failure)
+        ON CONFLICT DO NOTHING
+        RETURNING dependent_id, state
+    )
+    SELECT coalesce(array_agg(i.dependent_id) FILTER (WHERE i.state IN ('open', 'blocked')), '{}'),
+           count(*)::int
+    INTO counted, added
+    FROM inserted i;
+    IF cardinality(counted) > 0 THEN
+        PERFORM 1 FROM {schema}.jobs d WHERE d.id = ANY(counted) ORDER BY d.id FOR UPDATE;
+        UPDATE {schema}.jobs d SET pending_deps = d.pending_deps + n.edges
+        FROM (SELECT c.id, count(*)::int AS edges FROM unnest(counted) AS c(id) GROUP BY c.id) n
+        WHERE d.id = n.id;
+    END IF;
+    SELECT coalesce(array_agg(p.id), '{}') INTO ended FROM {schema}.jobs p
+    WHERE p.id = ANY(p_pre) AND p.status IN ('completed', 'dead', 'cancelled');
+    IF cardinality(ended) > 0 THEN
+        PERFORM {schema}.wake_dependents(ended, false, p_channel);
+    END IF;
+    RETURN added;
+END
+$fn$;

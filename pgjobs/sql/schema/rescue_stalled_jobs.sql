@@ -1,0 +1,69 @@
+-- rescue_stalled_jobs: put back up to p_limit running jobs whose lease ended (their worker
+-- stopped heartbeating: killed, partitioned, stuck). Returns each job rescued and the status
+-- it was given.
+--
+-- In a queue without a stall budget (queue_settings.max_stalls NULL) the attempt it was on
+-- counts as used: pending again, or dead on its last attempt. With a budget the attempt is
+-- given back and the stall counted: pending again, or dead once it has stalled more than
+-- max_stalls times (BullMQ's maxStalledCount). Either way a job put back keeps its run_at, so
+-- it resumes its place in the claim order (BullMQ likewise pushes a stalled job to the front
+-- of `wait`). Jobs that died resolve their dependents; the queues of jobs put back are woken.
+--
+-- SKIP LOCKED: a row another transaction holds (its worker writing the outcome right now, a
+-- cancel, a purge) is left to it; the fenced outcome wins or finds the token gone.
+CREATE OR REPLACE FUNCTION {schema}.rescue_stalled_jobs(p_limit int, p_channel text)
+RETURNS TABLE (id bigint, status text) LANGUAGE plpgsql AS $fn$
+DECLARE
+    ids      bigint[];
+    statuses text[];
+    died     bigint[];
+    queues   text[];
+BEGIN
+    WITH stalled AS (
+        SELECT j.id, qs.max_stalls AS budget
+        FROM {schema}.jobs j
+        LEFT JOIN {schema}.queue_settings qs ON qs.queue = j.queue
+        WHERE j.status = 'running' AND j.locked_until < now()
+        ORDER BY j.locked_until
+        LIMIT p_limit
+        FOR UPDATE OF j SKIP LOCKED
+    ),
+    rescued AS (
+        UPDATE {schema}.jobs j
+        SET status = CASE
+                WHEN s.budget IS NULL AND j.attempts >= j.max_attempts THEN 'dead'
+                WHEN s.budget IS NOT NULL AND j.stalls + 1 > s.budget THEN 'dead'
+                ELSE 'pending' END,
+            attempts = CASE WHEN s.budget IS NULL THEN j.attempts ELSE j.attempts - 1 END,
+            stalls = j.stalls + 1,
+            lock_token = NULL, locked_until = NULL,
+            finished_at = CASE
+                WHEN (s.budget IS NULL AND j.attempts >= j.max_attempts)
+                     OR (s.budget IS NOT NULL AND j.stalls + 1 > s.budget) THEN now() END,
+            last_error = CASE
+                WHEN s.budget IS NOT NULL AND j.stalls + 1 > s.budget THEN jsonb_build_object(
+                    'type', 'LeaseExpired', 'attempt', j.attempts, 'at', now(),
+                    'stalls', j.stalls + 1,
+                    'message', 'job stalled more than allowable limit')
+                ELSE jsonb_build_object(
+                    'type', 'LeaseExpired', 'attempt', j.attempts, 'at', now(),
+                    'stalls', j.stalls + 1,
+                    'message', format('lease expired during attempt %s: its worker stopped'
+                                      ' heartbeating', j.attempts)) END
+        FROM stalled s
+        WHERE j.id = s.id
+        RETURNING j.id, j.status, j.queue, j.flow_id
+    )
+    SELECT coalesce(array_agg(r.id ORDER BY r.id), '{}'),
+           coalesce(array_agg(r.status ORDER BY r.id), '{}'),
+           coalesce(array_agg(r.id) FILTER (WHERE r.status = 'dead' AND r.flow_id IS NOT NULL), '{}'),
+           coalesce(array_agg(DISTINCT r.queue) FILTER (WHERE r.status = 'pending'), '{}')
+    INTO ids, statuses, died, queues
+    FROM rescued r;
+    PERFORM pg_notify(p_channel, q) FROM unnest(queues) AS q;
+    IF cardinality(died) > 0 THEN
+        PERFORM {schema}.wake_dependents(died, false, p_channel);
+    END IF;
+    RETURN QUERY SELECT * FROM unnest(ids, statuses);
+END
+$fn$;
