@@ -27,7 +27,8 @@ class Connection:
         self._lock = asyncio.Lock()
 
     async def open(self, registry: pgjobs.Registry) -> pgjobs.JobQueue:
-        """A JobQueue on the configured database and schema (checked to be migrated)."""
+        """A JobQueue on the configured database and schema (checked to be migrated). A failure
+        leaves nothing half-open: a pool already made is kept for the next call."""
         async with self._lock:
             if self._jobs is not None:
                 return self._jobs
@@ -36,6 +37,8 @@ class Connection:
                 pool = given.pool
             elif isinstance(given, asyncpg.Pool):
                 pool = given
+            elif self._owned_pool is not None:
+                pool = self._owned_pool
             elif isinstance(given, dict):
                 args = dict(given)
                 if "dbname" in args:

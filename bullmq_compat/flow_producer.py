@@ -9,7 +9,7 @@ from typing import Any
 import pgjobs
 from bullmq_compat.connection import Connection
 from bullmq_compat.job import Job
-from bullmq_compat.options import FAILURE_OPTIONS, KIND, edge_policy, enqueue_options
+from bullmq_compat.options import FAILURE_OPTIONS, KIND, edge_policy, enqueue_options, json_data
 from bullmq_compat.queue import Queue, facade_registry
 from pgjobs import InvalidOption
 
@@ -68,7 +68,7 @@ class FlowProducer:
         opts = {**defaults, **(node.get("opts") or {})}
         job_opts = {k: v for k, v in opts.items() if k not in FAILURE_OPTIONS}
         options = enqueue_options(node.get("name", ""), job_opts, self.prefix, queue_name)
-        graph.add(handle, KIND, node.get("data"), **options)
+        graph.add(handle, KIND, json_data(node.get("data")), **options)
         nodes.append((handle, node))
         if parent is not None:
             graph.edge(handle, parent, edge_policy(opts))

@@ -7,7 +7,13 @@ import traceback
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from bullmq_compat.options import attempts_made, state_of, to_bullmq_priority, to_engine_priority
+from bullmq_compat.options import (
+    attempts_made,
+    json_data,
+    state_of,
+    to_bullmq_priority,
+    to_engine_priority,
+)
 from pgjobs import JobContext, JobFilter, JobRow, Status
 
 if TYPE_CHECKING:
@@ -210,9 +216,10 @@ class Job:
             await asyncio.gather(*pending, return_exceptions=True)
 
     async def updateData(self, data: Any) -> None:
+        stored = json_data(data)
         jobs = await self.queue._engine()
         if self._engine_id is None or not await jobs.update_payload(
-            self._engine_id, data, any_tenant=True
+            self._engine_id, stored, any_tenant=True
         ):
             raise TypeError(f"Missing key for job {self.id}. updateData")
         self.data = data

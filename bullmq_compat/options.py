@@ -1,7 +1,13 @@
-"""BullMQ job options <-> engine enqueue options, and the value mappings both ways. Pure."""
+"""BullMQ job options <-> engine enqueue options, and the value mappings both ways. Pure.
+
+Every BullMQ option is checked here, in BullMQ's names and units (milliseconds, BullMQ
+priorities), so that an error names what the caller wrote, never the engine field it maps to.
+"""
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 from pgjobs import Backoff, EdgePolicy, InvalidOption, JobRow, Keep, Status, SubState
@@ -9,11 +15,48 @@ from pgjobs import Backoff, EdgePolicy, InvalidOption, JobRow, Keep, Status, Sub
 MAX_BULLMQ_PRIORITY = 2_097_151  # 2**21 - 1, as Node validates (the Python docstring says 2**21)
 NO_PRIORITY = 10  # engine priority of a job without one: ahead of every prioritized job
 KIND = "bullmq"
+MAX_DELAY_MS = 100 * 365 * 24 * 3600 * 1000  # the engine's bound (a century), in BullMQ's unit
+MAX_ATTEMPTS = 1_000_000
+MAX_ID_BYTES = 1024
+MAX_QUEUE_BYTES = 128
+
+
+def _text(option: str, value: Any, max_bytes: int = MAX_ID_BYTES) -> str:
+    """A BullMQ string option (jobId, deduplication id, names) the engine can index."""
+    text = value if isinstance(value, str) else str(value)
+    if not text:
+        raise InvalidOption(option, "must not be empty")
+    if "\x00" in text:
+        raise InvalidOption(option, "must not contain a NUL character")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidOption(
+            option, "must be valid Unicode (it holds an unpaired surrogate)"
+        ) from None
+    if size > max_bytes:
+        raise InvalidOption(option, f"must be at most {max_bytes} bytes of UTF-8, got {size}")
+    return text
 
 
 def engine_queue(prefix: str, name: str) -> str:
-    """Queues with different prefixes never see each other's jobs."""
-    return f"{prefix}:{name}"
+    """The engine queue of BullMQ queue ``name`` under ``prefix``: ``<prefix>:<name>``, the
+    qualifiedName. A name cannot contain ':' (BullMQ for Node refuses it too), so the mapping is
+    one to one and queues with different prefixes never see each other's jobs."""
+    if not isinstance(name, str) or not name:
+        raise InvalidOption("name", "Queue name must be provided")
+    if ":" in name:
+        raise InvalidOption("name", f"Queue name cannot contain : (got {name!r})")
+    if not isinstance(prefix, str) or not prefix:
+        raise InvalidOption("prefix", f"must be a non-empty string, got {prefix!r}")
+    return _text("name", f"{prefix}:{name}", MAX_QUEUE_BYTES)
+
+
+def json_data(value: Any, option: str = "data") -> Any:
+    """``value`` as BullMQ stores it: what ``json.loads(json.dumps(value))`` gives back. Raises
+    what ``json.dumps`` raises for a value BullMQ's client refuses (TypeError for a set, bytes,
+    a Decimal, a datetime...; ValueError for NaN and infinities), with Python's own message."""
+    return json.loads(json.dumps(value, separators=(",", ":"), allow_nan=False))
 
 
 def to_engine_priority(priority: Any) -> int:
@@ -35,33 +78,70 @@ def to_bullmq_priority(engine_priority: int) -> int:
     return 0 if engine_priority == NO_PRIORITY else NO_PRIORITY - engine_priority
 
 
+def _count(option: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1_000_000_000:
+        raise InvalidOption(option, f"must be a whole number of jobs >= 0, got {value!r}")
+    return value
+
+
 def _keep(option: str, value: Any) -> Keep | None:
+    """removeOnComplete / removeOnFail: true (remove at once), a count to keep, {age (seconds),
+    count}; false or absent keeps every job."""
     if value is None or value is False:
         return None
     if value is True:
         return Keep(count=0)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return Keep(count=value)
+    if isinstance(value, int):
+        return Keep(count=_count(option, value))
     if isinstance(value, dict):
+        unknown = set(value) - {"age", "count", "limit"}
+        if unknown:
+            raise InvalidOption(option, f"unknown keys {sorted(unknown)} (use age, count)")
+        count = value.get("count")
         age = value.get("age")
-        return Keep(count=value.get("count"), age=None if age is None else float(age))
+        if age is not None and (
+            isinstance(age, bool)
+            or not isinstance(age, int | float)
+            or not math.isfinite(age)
+            or age < 0
+        ):
+            raise InvalidOption(f"{option}.age", f"must be a number of seconds >= 0, got {age!r}")
+        return Keep(
+            count=None if count is None else _count(f"{option}.count", count),
+            age=None if age is None else float(age),
+        )
     raise InvalidOption(option, f"must be a bool, a count or {{age, count}}, got {value!r}")
+
+
+def _milliseconds(option: str, value: Any) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 <= value <= MAX_DELAY_MS
+    ):
+        raise InvalidOption(
+            option, f"must be milliseconds from 0 to {MAX_DELAY_MS} (a century), got {value!r}"
+        )
+    return float(value)
 
 
 def _backoff(value: Any) -> Backoff | None:
     if value is None:
         return None
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return Backoff.fixed(value / 1000)
+        return Backoff.fixed(_milliseconds("backoff", value) / 1000)
     if isinstance(value, dict):
         kind = value.get("type", "fixed")
         if kind not in ("fixed", "exponential"):
             raise InvalidOption(
                 "backoff.type", f"custom backoff strategies are not supported, got {kind!r}"
             )
-        delay = float(value.get("delay", 0)) / 1000
-        jitter = float(value.get("jitter", 0))
-        return Backoff(kind, delay, None, jitter)
+        delay = _milliseconds("backoff.delay", value.get("delay", 0)) / 1000
+        jitter = value.get("jitter", 0)
+        if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter <= 1:
+            raise InvalidOption("backoff.jitter", f"must be between 0 and 1, got {jitter!r}")
+        return Backoff(kind, delay, None, float(jitter))
     raise InvalidOption("backoff", f"must be milliseconds or {{type, delay}}, got {value!r}")
 
 
@@ -106,11 +186,11 @@ def _deduplication(value: Any) -> dict[str, Any]:
     if ttl is None:
         if value.get("extend") or value.get("replace"):
             raise InvalidOption("deduplication", "extend and replace need a ttl")
-        return {"dedup_key": str(value["id"])}
+        return {"dedup_key": _text("deduplication.id", value["id"])}
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0:
         raise InvalidOption("deduplication.ttl", f"must be milliseconds > 0, got {ttl!r}")
     return {
-        "dedup_key": str(value["id"]),
+        "dedup_key": _text("deduplication.id", value["id"]),
         "dedup_ttl": ttl / 1000,
         "dedup_extend": bool(value.get("extend")),
         "dedup_replace": bool(value.get("replace")),
@@ -126,22 +206,32 @@ def enqueue_options(
         if opts.get(key):
             raise InvalidOption(key, why)
     dedup = _deduplication(opts.get("deduplication"))
-    delay = opts.get("delay") or 0
-    if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
-        raise InvalidOption("delay", f"must be milliseconds >= 0, got {delay!r}")
+    delay = _milliseconds("delay", opts.get("delay") or 0)
     attempts = opts.get("attempts") or 1
+    if (
+        isinstance(attempts, bool)
+        or not isinstance(attempts, int)
+        or not 1 <= attempts <= MAX_ATTEMPTS
+    ):
+        raise InvalidOption(
+            "attempts", f"must be a whole number from 1 to {MAX_ATTEMPTS}, got {attempts!r}"
+        )
     priority = to_engine_priority(opts.get("priority"))
     # BullMQ ignores lifo for prioritized and delayed adds.
     lifo = bool(opts.get("lifo")) and priority == NO_PRIORITY and not delay
     job_id = opts.get("jobId")
     if job_id is not None:
-        job_id = str(job_id)
+        job_id = _text("jobId", job_id)
         if job_id.lstrip("-").isdigit():
             # BullMQ (Node) refuses these; here they would shadow automatic ids in getJob.
             raise InvalidOption("jobId", f"custom ids cannot be integers, got {job_id!r}")
+    try:
+        json.dumps(opts, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidOption("opts", f"must be JSON, as BullMQ stores them: {exc}") from None
     return {
         "queue": engine_queue(prefix, queue_name),
-        "name": name if name else "__default__",
+        "name": _text("name", name) if name else "__default__",
         "priority": priority,
         "delay": delay / 1000 if delay else None,
         "max_attempts": attempts,

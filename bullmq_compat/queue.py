@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,6 +19,7 @@ from bullmq_compat.options import (
     edge_policy,
     engine_queue,
     enqueue_options,
+    json_data,
     state_of,
     to_engine_priority,
 )
@@ -57,6 +61,11 @@ _SUB_STATES: dict[str, tuple[SubState, ...]] = {
     "waiting-children": (SubState.WAITING_CHILDREN,),
 }
 
+
+logger = logging.getLogger("bullmq_compat")
+
+ADD_RETRY_SECONDS = 20.0
+"""How long ``add``/``addBulk`` retry through a connection loss before raising it."""
 
 _CLEANABLE = {"completed", "failed", "delayed", "wait", "waiting", "prioritized", "active"}
 
@@ -106,7 +115,33 @@ class Queue:
     ) -> tuple[JobSpec, dict[str, Any]]:
         merged = {**self.jobsOpts, **(opts or {})}
         options = enqueue_options(name, merged, self.prefix, self.name, events=self._record_events)
-        return JobSpec(KIND, data, **options), merged
+        return JobSpec(KIND, json_data(data), **options), merged
+
+    async def _enqueue(
+        self, specs: list[JobSpec], connection: Any, *, idempotent: bool
+    ) -> list[pgjobs.EnqueueResult]:
+        """Enqueue ``specs`` (in ``connection``'s transaction, if given), retrying through a
+        short connection loss for up to ``ADD_RETRY_SECONDS``: always while no connection could
+        be had (nothing reached the server), and after a failure mid-statement only when
+        ``idempotent`` (every job has a jobId, so a retry finds what a lost reply created)."""
+        if connection is not None:
+            return await (await self._engine()).enqueue_many(specs, connection=connection)
+        deadline = time.monotonic() + ADD_RETRY_SECONDS
+        failures = 0
+        while True:
+            sent = False
+            try:
+                jobs = await self._engine()
+                async with jobs.pool.acquire() as conn:
+                    sent = True
+                    return await jobs.enqueue_many(specs, connection=conn)
+            except pgjobs.TRANSIENT_ERRORS as exc:
+                failures += 1
+                if (sent and not idempotent) or time.monotonic() >= deadline:
+                    raise
+                delay = pgjobs.retry_delay(failures)
+                logger.warning("add to %s failed (%s); retrying in %.1fs", self.name, exc, delay)
+                await asyncio.sleep(delay)
 
     async def add(
         self,
@@ -121,19 +156,21 @@ class Queue:
         ``{id, queue}`` the job becomes a child the (waiting or active) parent waits for.
         ``connection`` (a pgjobs extension): an asyncpg connection in a transaction; the job is
         written in it and exists only if that transaction commits."""
-        jobs = await self._engine()
         spec, merged = self._spec(name, data, opts)
         if merged.get("parent"):
+            jobs = await self._engine()
             result = await self._add_child(jobs, spec, merged, connection)
         else:
-            result = (await jobs.enqueue_many([spec], connection=connection))[0]
+            idempotent = spec.job_key is not None
+            result = (await self._enqueue([spec], connection, idempotent=idempotent))[0]
+            jobs = await self._engine()
         holder = await self._duplicate(jobs, merged, result)
         return self._added(name, data, merged, result.id, holder)
 
     async def addBulk(self, jobs: list[dict[str, Any]], *, connection: Any = None) -> list[Job]:
         """Add many jobs in one statement (all or nothing); ``connection`` as for ``add``."""
-        engine = await self._engine()
         specs = [self._spec(j["name"], j.get("data"), j.get("opts")) for j in jobs]
+        engine = await self._engine()
         if any(merged.get("parent") for _, merged in specs):
             # children of existing parents: one by one, all in one transaction
             if connection is None:
@@ -143,7 +180,10 @@ class Queue:
                 await self.add(j["name"], j.get("data"), j.get("opts"), connection=connection)
                 for j in jobs
             ]
-        results = await engine.enqueue_many([spec for spec, _ in specs], connection=connection)
+        idempotent = all(spec.job_key is not None for spec, _ in specs)
+        results = await self._enqueue(
+            [spec for spec, _ in specs], connection, idempotent=idempotent
+        )
         holders = [
             await self._duplicate(engine, merged, result)
             for (_, merged), result in zip(specs, results, strict=True)

@@ -28,10 +28,16 @@ Processor = Callable[..., Awaitable[Any]]
 class Worker(EventEmitter):
     """``Worker(name, processor, opts)``. Options: ``connection``, ``prefix``, ``schema``,
     ``concurrency`` (1), ``autorun`` (True: starts at once, so build it inside a running event
-    loop), ``lockDuration`` (ms, the lease; 30000), ``limiter`` ``{max, duration}`` (a
-    queue-wide rate limit, as BullMQ documents it). Events: ``active`` (job, prev),
-    ``completed`` (job, result), ``failed`` (job, err) after every failed attempt, ``error``
-    (err), ``closed``."""
+    loop), ``lockDuration`` (ms, the lease; 30000), ``stalledInterval`` (ms between checks for
+    jobs whose worker stopped; 30000), ``maxStalledCount`` (1: a job whose worker died runs
+    again without using an attempt, and fails once it has stalled more times than this),
+    ``limiter`` ``{max, duration}`` (a queue-wide rate limit, as BullMQ documents it). Events:
+    ``active`` (job, prev), ``completed`` (job, result), ``failed`` (job, err) after every failed
+    attempt, ``error`` (err), ``closed``.
+
+    Start-up waits out a database that cannot be reached (or a connection lost meanwhile): each
+    failed try is emitted on ``error`` and retried with backoff, until the worker runs or is
+    closed, as BullMQ's worker waits for Redis."""
 
     def __init__(
         self, name: str, processor: Processor | None, opts: dict[str, Any] | None = None
@@ -39,9 +45,25 @@ class Worker(EventEmitter):
         super().__init__()
         self.name = name
         self.processor = processor
-        self.opts = {"concurrency": 1, "lockDuration": 30000, "autorun": True, **(opts or {})}
+        self.opts = {
+            "concurrency": 1,
+            "lockDuration": 30000,
+            "stalledInterval": 30000,
+            "maxStalledCount": 1,
+            "autorun": True,
+            **(opts or {}),
+        }
         self.prefix = self.opts.get("prefix", "bull")
         self.qualifiedName = engine_queue(self.prefix, name)
+        for option in ("lockDuration", "stalledInterval"):
+            value = self.opts[option]
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise pgjobs.InvalidOption(option, f"must be milliseconds > 0, got {value!r}")
+        stalls = self.opts["maxStalledCount"]
+        if isinstance(stalls, bool) or not isinstance(stalls, int) or stalls < 0:
+            raise pgjobs.InvalidOption(
+                "maxStalledCount", f"must be an integer >= 0, got {stalls!r}"
+            )
         self.running = False
         self.closing = False
         self.closed = False
@@ -51,6 +73,7 @@ class Worker(EventEmitter):
         self._engine_worker: pgjobs.Worker | None = None
         self._scheduler: pgjobs.Scheduler | None = None
         self._started = asyncio.Event()
+        self._close_requested = asyncio.Event()
         self._task: asyncio.Future[None] | None = None
         if processor is not None and self.opts.get("autorun", True):
             self._task = asyncio.ensure_future(self.run())
@@ -62,19 +85,14 @@ class Worker(EventEmitter):
             raise RuntimeError("No process function is defined.")
         self.running = True
         try:
-            registry = pgjobs.Registry()
-            registry.kind(KIND, input=Any, queue=self.qualifiedName)(self._handle)
-            jobs = await self._connection.open(registry)
-            limiter = self.opts.get("limiter")
-            if limiter:
-                await jobs.set_rate_limit(
-                    self.qualifiedName, int(limiter["max"]), limiter["duration"] / 1000
-                )
-            lease = self.opts["lockDuration"] / 1000
+            jobs = await self._start_up()
+            if jobs is None or self._close_requested.is_set():
+                return  # closed before the database answered
             self._engine_worker = jobs.worker(
                 queues=[self.qualifiedName],
                 concurrency=int(self.opts["concurrency"]),
-                lease=lease,
+                lease=self.opts["lockDuration"] / 1000,
+                rescue_interval=self.opts["stalledInterval"] / 1000,
                 on_event=self._on_engine_event,
             )
             self._scheduler = jobs.scheduler(poll_interval=1.0)
@@ -90,6 +108,31 @@ class Worker(EventEmitter):
         finally:
             self.running = False
             self._started.set()
+
+    async def _start_up(self) -> pgjobs.JobQueue | None:
+        """Open the engine and apply the queue settings this worker's options ask for, retrying
+        transient failures (each emitted on ``error``) until done or ``close()``."""
+        registry = pgjobs.Registry()
+        registry.kind(KIND, input=Any, queue=self.qualifiedName)(self._handle)
+        failures = 0
+        while not self._close_requested.is_set():
+            try:
+                jobs = await self._connection.open(registry)
+                limiter = self.opts.get("limiter")
+                if limiter:
+                    await jobs.set_rate_limit(
+                        self.qualifiedName, int(limiter["max"]), limiter["duration"] / 1000
+                    )
+                await jobs.set_max_stalls(self.qualifiedName, int(self.opts["maxStalledCount"]))
+                return jobs
+            except pgjobs.TRANSIENT_ERRORS as exc:
+                failures += 1
+                self.emit("error", exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._close_requested.wait(), pgjobs.retry_delay(failures)
+                    )
+        return None
 
     async def _handle(self, ctx: JobContext, data: Any) -> Any:
         job = Job.from_context(self._queue, ctx, data)
@@ -140,6 +183,7 @@ class Worker(EventEmitter):
         if self.closed:
             return
         self.closing = True
+        self._close_requested.set()
         if self._engine_worker is not None:
             await self._engine_worker.stop(timeout=0 if force else 3600)
         if self._task is not None:

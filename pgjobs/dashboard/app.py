@@ -27,7 +27,7 @@ from starlette.routing import Route
 
 from pgjobs.client import JobQueue
 from pgjobs.dashboard import graph
-from pgjobs.dashboard.pages import ENVIRONMENT
+from pgjobs.dashboard.pages import ENVIRONMENT, queue_of, queue_path
 from pgjobs.errors import PgJobsError
 from pgjobs.models import FlowFilter, JobFilter, SubState
 
@@ -178,7 +178,7 @@ class Dashboard:
 
     async def queue_jobs(self, request: Request) -> Response:
         tenant = await self.tenant(request)
-        queue = request.path_params["queue"]
+        queue = queue_of(request.path_params["queue"])
         q = request.query_params
         page = max(int(q.get("page", "0") or 0), 0)
         filters: dict[str, Any] = {
@@ -243,7 +243,7 @@ class Dashboard:
     async def metrics(self, request: Request) -> Response:
         tenant = await self.tenant(request)
         self.queue_wide(tenant)
-        queue = request.path_params["queue"]
+        queue = queue_of(request.path_params["queue"])
         granularity = request.query_params.get("granularity", "minute")
         spans = {"minute": timedelta(hours=2), "hour": timedelta(days=2), "day": timedelta(days=60)}
         if granularity not in spans:
@@ -263,7 +263,7 @@ class Dashboard:
         self.queue_wide(tenant)
         if self.read_only:
             raise HTTPException(403, "this dashboard is read-only")
-        queue = request.path_params["queue"]
+        queue = queue_of(request.path_params["queue"])
         sub_state = request.query_params.get("sub_state") or None
         where = self._purge_filter(queue, sub_state)
         counts = await self.jobs.substate_counts(where)
@@ -299,7 +299,7 @@ class Dashboard:
     async def queue_action(self, request: Request) -> Response:
         await self.checked_form(request)
         self.queue_wide(await self.tenant(request))
-        queue = request.path_params["queue"]
+        queue = queue_of(request.path_params["queue"])
         action = request.path_params["action"]
         if action == "pause":
             await self.jobs.pause(queue)
@@ -312,10 +312,10 @@ class Dashboard:
     async def purge(self, request: Request) -> Response:
         form = await self.checked_form(request)
         self.queue_wide(await self.tenant(request))
-        queue = request.path_params["queue"]
+        queue = queue_of(request.path_params["queue"])
         result = await self.jobs.purge(self._purge_filter(queue, form.get("sub_state") or None))
         return self.back(
-            request, f"/queues/{queue}",
+            request, f"/queues/{queue_path(queue)}",
             f"purged {result.deleted} job(s) (confirmed {form.get('expected', '?')}); "
             f"{result.skipped_running} running left alone",
         )  # fmt: skip

@@ -183,3 +183,24 @@ async def test_the_dashboard_command_serves_the_app(pg_dsn: str, jobs: JobQueue)
     finally:
         process.terminate()
         await process.wait()
+
+
+async def test_a_queue_whose_name_holds_a_slash_or_a_percent_has_its_pages(
+    client: httpx.AsyncClient, jobs: JobQueue, registry: Any
+) -> None:
+    registry.declare("plain", input=dict)
+    for queue in ("team/mail", "50%-off", "a%2Fb"):
+        await jobs.enqueue("plain", {}, queue=queue, name=f"in {queue}")
+    home = await client.get("/")
+    for queue in ("team/mail", "50%-off", "a%2Fb"):
+        link = re.search(rf'href="(/queues/[^"?]+)">{re.escape(queue)}</a>', home.text)
+        assert link, queue
+        page = await client.get(link.group(1))
+        assert page.status_code == 200 and f"in {queue}" in page.text, queue
+        for other in {"team/mail", "50%-off", "a%2Fb"} - {queue}:
+            assert f"in {other}" not in page.text
+        metrics = await client.get(link.group(1) + "/metrics")
+        assert metrics.status_code == 200, queue
+        pause = await client.post(link.group(1) + "/pause", data={"csrf": csrf_of(home)})
+        assert pause.status_code == 303, queue
+        assert (await jobs.queue_settings(queue)).paused

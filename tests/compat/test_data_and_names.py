@@ -1,0 +1,70 @@
+"""What a BullMQ queue accepts: its name, and job data exactly as BullMQ's client serialises it
+(``json.dumps``): refused with the same exception, stored as ``json.loads`` gives it back."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+from typing import Any
+
+import pytest
+
+from bullmq_compat import Queue
+from pgjobs import InvalidOption, JobQueue
+
+
+@pytest.fixture
+def opts(jobs: JobQueue) -> dict[str, Any]:
+    return {"connection": jobs}
+
+
+def test_a_queue_name_cannot_contain_a_colon(opts: dict[str, Any]) -> None:
+    """As BullMQ for Node refuses it: with it, Queue("b:c", prefix "p") and Queue("c", prefix
+    "p:b") would be one queue."""
+    with pytest.raises(InvalidOption, match="Queue name cannot contain :"):
+        Queue("b:c", {**opts, "prefix": "p"})
+    with pytest.raises(InvalidOption, match="Queue name must be provided"):
+        Queue("", opts)
+
+
+async def test_queues_whose_prefixes_differ_never_share_jobs(opts: dict[str, Any]) -> None:
+    first = Queue("c", {**opts, "prefix": "p:b"})
+    second = Queue("c", {**opts, "prefix": "p"})
+    await first.add("only-in-first", {})
+    assert await second.count() == 0 and await first.count() == 1
+    assert first.qualifiedName == "p:b:c" and second.qualifiedName == "p:c"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [{1, 2}, b"bytes", decimal.Decimal("1.5"), dt.datetime(2026, 1, 1), 1 + 2j, {"k": object()}],
+    ids=["set", "bytes", "decimal", "datetime", "complex", "object"],
+)
+async def test_data_json_dumps_refuses_raises_typeerror(opts: dict[str, Any], data: Any) -> None:
+    queue = Queue("data", opts)
+    with pytest.raises(TypeError, match="is not JSON serializable"):
+        await queue.add("x", data)
+    with pytest.raises(TypeError):
+        await queue.addBulk([{"name": "x", "data": data}])
+    assert await queue.count() == 0
+
+
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), -float("inf")])
+async def test_non_finite_numbers_raise_valueerror(opts: dict[str, Any], number: float) -> None:
+    queue = Queue("data", opts)
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        await queue.add("x", {"n": number})
+    job = await queue.add("x", {"n": 1})
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        await job.updateData({"n": number})
+    assert (await queue.getJob(job.id)).data == {"n": 1}
+
+
+async def test_data_is_stored_as_json_gives_it_back(opts: dict[str, Any]) -> None:
+    data = {"tuple": (1, 2), 3: "int key", True: "bool key", "nested": [None, 1.5, "é"]}
+    queue = Queue("data", opts)
+    job = await queue.add("x", data)
+    stored = (await queue.getJob(job.id)).data
+    assert stored == json.loads(json.dumps(data))
+    assert stored == {"tuple": [1, 2], "3": "int key", "true": "bool key", "nested": [None, 1.5, "é"]}
