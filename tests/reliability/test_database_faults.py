@@ -7,14 +7,8 @@ The restart runs against a private cluster (see private_postgres.py), never the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import shutil
-import subprocess
-import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import asyncpg
 import pytest
@@ -29,21 +23,6 @@ pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 JOBS = 3_000
 
 
-@pytest.fixture
-def private_server() -> Iterator[PrivateServer]:
-    root = Path(tempfile.mkdtemp(prefix="pgjobs-private-"))
-    server = PrivateServer(root)
-    server.start()
-    try:
-        yield server
-    finally:
-        try:
-            with contextlib.suppress(subprocess.CalledProcessError):  # a test may leave it down
-                server.stop("immediate")
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
-
-
 async def _count(dsn: str, sql: str) -> int | None:
     """A count on a fresh connection, or None while the server is down."""
     try:
@@ -56,17 +35,6 @@ async def _count(dsn: str, sql: str) -> int | None:
         return None
     finally:
         await conn.close()
-
-
-@pytest.fixture
-async def private_jobs(private_server: PrivateServer) -> AsyncIterator[JobQueue]:
-    registry = Registry()
-    jobs = await JobQueue.connect(private_server.dsn, schema="faults", registry=registry)
-    await jobs.migrate()
-    try:
-        yield jobs
-    finally:
-        await jobs.close()
 
 
 async def test_server_restarts_lose_nothing_and_workers_resume(

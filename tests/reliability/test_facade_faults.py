@@ -16,7 +16,6 @@ from bullmq_compat import Job, Queue, Worker
 from pgjobs import JobQueue
 from tests.helpers import eventually
 from tests.reliability.private_postgres import PrivateServer
-from tests.reliability.test_database_faults import private_jobs, private_server  # noqa: F401
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
@@ -27,7 +26,7 @@ def _opts(server: PrivateServer) -> dict[str, Any]:
 
 async def test_a_worker_built_while_the_server_is_down_starts_when_it_is_up(
     private_server: PrivateServer,
-    private_jobs: JobQueue,  # noqa: F811 - migrates the private server's schema
+    private_jobs: JobQueue,  # migrates the private server's schema
 ) -> None:
     await asyncio.to_thread(private_server.stop, "fast")
     done: asyncio.Queue[Any] = asyncio.Queue()
@@ -49,12 +48,14 @@ async def test_a_worker_built_while_the_server_is_down_starts_when_it_is_up(
         await queue.close()
     finally:
         await worker.close()
-    assert all(isinstance(e, OSError | asyncpg.PostgresError | asyncpg.InterfaceError) for e in errors)
+    assert all(
+        isinstance(e, OSError | asyncpg.PostgresError | asyncpg.InterfaceError) for e in errors
+    )
 
 
 async def test_a_connection_terminated_while_the_worker_starts_is_retried(
     private_server: PrivateServer,
-    private_jobs: JobQueue,  # noqa: F811
+    private_jobs: JobQueue,
 ) -> None:
     """The worker's start-up writes its queue's settings: that write is held behind a lock
     another session takes, and its connection is terminated while it waits."""
@@ -99,7 +100,7 @@ async def test_a_connection_terminated_while_the_worker_starts_is_retried(
 
 async def test_an_add_during_an_outage_waits_for_the_server(
     private_server: PrivateServer,
-    private_jobs: JobQueue,  # noqa: F811
+    private_jobs: JobQueue,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="bullmq_compat")
