@@ -1,6 +1,12 @@
 """BullMQ's Python API on the pgjobs engine: swap ``from bullmq import ...`` for
 ``from bullmq_compat import ...`` and pass a PostgreSQL connection. See PORTING.md for what
-differs and what is not built yet."""
+differs and what is not built yet.
+
+Besides BullMQ's names, the mapping between BullMQ and the engine is public, for tools that
+write facade jobs through the engine (the Redis migration): ``KIND`` (the facade's job kind),
+``facade_registry()``, ``engine_queue(prefix, name)``, ``enqueue_options(name, opts, prefix,
+queue)``, ``edge_policy(child_opts)``, ``json_data(data)`` and ``scheduler_arguments(...)``.
+"""
 
 from bullmq_compat.errors import (
     DelayedError,
@@ -10,11 +16,21 @@ from bullmq_compat.errors import (
 )
 from bullmq_compat.flow_producer import FlowProducer
 from bullmq_compat.job import Job
+from bullmq_compat.mapping import (
+    KIND,
+    edge_policy,
+    engine_queue,
+    enqueue_options,
+    facade_registry,
+    json_data,
+)
 from bullmq_compat.queue import MetricsTime, Queue
 from bullmq_compat.queue_events import QueueEvents, QueueEventsProducer
+from bullmq_compat.schedulers import upsert_arguments as scheduler_arguments
 from bullmq_compat.worker import Worker
 
 __all__ = [
+    "KIND",
     "DelayedError",
     "FlowProducer",
     "Job",
@@ -26,4 +42,10 @@ __all__ = [
     "UnrecoverableError",
     "WaitingChildrenError",
     "Worker",
+    "edge_policy",
+    "engine_queue",
+    "enqueue_options",
+    "facade_registry",
+    "json_data",
+    "scheduler_arguments",
 ]

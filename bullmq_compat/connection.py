@@ -11,8 +11,7 @@ from typing import Any
 import asyncpg
 
 import pgjobs
-from pgjobs import DEFAULT_SCHEMA, dsn_from_env
-from pgjobs.executor import create_pool
+from pgjobs import DEFAULT_SCHEMA, create_pool, dsn_from_env
 
 
 class Connection:

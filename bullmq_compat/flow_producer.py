@@ -9,8 +9,15 @@ from typing import Any
 import pgjobs
 from bullmq_compat.connection import Connection
 from bullmq_compat.job import Job
-from bullmq_compat.options import FAILURE_OPTIONS, KIND, edge_policy, enqueue_options, json_data
-from bullmq_compat.queue import Queue, facade_registry
+from bullmq_compat.mapping import (
+    FAILURE_OPTIONS,
+    KIND,
+    edge_policy,
+    enqueue_options,
+    facade_registry,
+    json_data,
+)
+from bullmq_compat.queue import Queue
 from pgjobs import InvalidOption
 
 

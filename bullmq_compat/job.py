@@ -7,7 +7,7 @@ import traceback
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from bullmq_compat.options import (
+from bullmq_compat.mapping import (
     attempts_made,
     json_data,
     state_of,
@@ -117,7 +117,7 @@ class Job:
         jobs = await self.queue._engine()
         if self._engine_id is None:
             return None
-        return await jobs.get(self._engine_id, any_tenant=True)
+        return await jobs.get(self._engine_id)
 
     async def getState(self) -> str:
         row = await self._row()
@@ -207,7 +207,7 @@ class Job:
         else:
             jobs = await self.queue._engine()
             assert self._engine_id is not None
-            await jobs.append_log(self._engine_id, row, keep_last=keep, any_tenant=True)
+            await jobs.append_log(self._engine_id, row, keep_last=keep)
         return 1
 
     async def _flush_logs(self) -> None:
@@ -218,9 +218,7 @@ class Job:
     async def updateData(self, data: Any) -> None:
         stored = json_data(data)
         jobs = await self.queue._engine()
-        if self._engine_id is None or not await jobs.update_payload(
-            self._engine_id, stored, any_tenant=True
-        ):
+        if self._engine_id is None or not await jobs.update_payload(self._engine_id, stored):
             raise TypeError(f"Missing key for job {self.id}. updateData")
         self.data = data
 
@@ -238,11 +236,11 @@ class Job:
         if row is None or state_of(row) != state:
             raise RuntimeError(f"Job {self.id} is not in the {state} state")
         jobs = await self.queue._engine()
-        await jobs.requeue(row.id, any_tenant=True)
+        await jobs.requeue(row.id)
 
     async def promote(self) -> None:
         jobs = await self.queue._engine()
-        if self._engine_id is None or not await jobs.promote(self._engine_id, any_tenant=True):
+        if self._engine_id is None or not await jobs.promote(self._engine_id):
             raise RuntimeError(f"Job {self.id} is not in the delayed state. promote")
         self.delay = 0
 
@@ -252,7 +250,7 @@ class Job:
         priority = opts.get("priority", 0)
         jobs = await self.queue._engine()
         assert self._engine_id is not None
-        await jobs.change_priority(self._engine_id, to_engine_priority(priority), any_tenant=True)
+        await jobs.change_priority(self._engine_id, to_engine_priority(priority))
         self.priority = priority
 
     async def moveToDelayed(self, timestamp: float, token: str | None = None) -> None:

@@ -13,12 +13,13 @@ import pgjobs
 from bullmq_compat import schedulers
 from bullmq_compat.connection import Connection
 from bullmq_compat.job import Job, job_id_of
-from bullmq_compat.options import (
+from bullmq_compat.mapping import (
     KIND,
     NO_PRIORITY,
     edge_policy,
     engine_queue,
     enqueue_options,
+    facade_registry,
     json_data,
     state_of,
     to_engine_priority,
@@ -72,12 +73,6 @@ _CLEANABLE = {"completed", "failed", "delayed", "wait", "waiting", "prioritized"
 
 def vars_of(spec: JobSpec) -> dict[str, Any]:
     return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
-
-
-def facade_registry() -> pgjobs.Registry:
-    registry = pgjobs.Registry()
-    registry.declare(KIND, input=Any)
-    return registry
 
 
 class Queue:
@@ -211,7 +206,6 @@ class Queue:
             spec.kind,
             spec.input,
             policy=edge_policy(opts),
-            any_tenant=True,
             connection=connection,
             **fields,
         )
@@ -224,7 +218,7 @@ class Queue:
         if rows:
             return rows[0].id
         if job_id.isdigit():
-            row = await jobs.get(int(job_id), any_tenant=True)
+            row = await jobs.get(int(job_id))
             if row is not None and row.queue == qualified_queue and row.job_key is None:
                 return row.id
         return None
@@ -241,7 +235,7 @@ class Queue:
             if self._record_events:
                 await jobs.publish_event(self.qualifiedName, "duplicated", {"jobId": str(job_id)})
             return str(job_id)
-        row = await jobs.get(result.id, any_tenant=True)
+        row = await jobs.get(result.id)
         holder = job_id_of(result.id, row.job_key if row else None)
         if self._record_events:
             dedup = opts.get("deduplication") or {}
@@ -275,7 +269,7 @@ class Queue:
         """The job with this id: a custom ``jobId``, or an automatic (numeric) id."""
         jobs = await self._engine()
         engine_id = await self._engine_id_of(jobs, self.qualifiedName, str(job_id))
-        row = None if engine_id is None else await jobs.get(engine_id, any_tenant=True)
+        row = None if engine_id is None else await jobs.get(engine_id)
         return None if row is None else Job.from_row(self, row)
 
     async def getJobState(self, job_id: str) -> str:
@@ -348,7 +342,7 @@ class Queue:
         holder = await jobs.dedup_holder(self.qualifiedName, str(deduplication_id))
         if holder is None:
             return None
-        row = await jobs.get(holder, any_tenant=True)
+        row = await jobs.get(holder)
         return job_id_of(holder, row.job_key if row is not None else None)
 
     async def removeDeduplicationKey(self, deduplication_id: str) -> int:
@@ -413,7 +407,7 @@ class Queue:
         if job is None or job._engine_id is None:
             return {"logs": [], "count": 0}
         jobs = await self._engine()
-        page = await jobs.read_logs(job._engine_id, offset=0, limit=10_000, any_tenant=True)
+        page = await jobs.read_logs(job._engine_id, offset=0, limit=10_000)
         lines = [line.line for line in page.lines]
         if not asc:
             lines.reverse()
@@ -593,7 +587,7 @@ class Queue:
         """Make every delayed job of the queue due now."""
         jobs = await self._engine()
         for row in await self._list_all(self._filter(sub_state=_SUB_STATES["delayed"]), None):
-            await jobs.promote(row.id, any_tenant=True)
+            await jobs.promote(row.id)
 
     async def setGlobalConcurrency(self, concurrency: int) -> None:
         await (await self._engine()).set_concurrency(self.qualifiedName, concurrency)

@@ -15,9 +15,9 @@ from typing import Any
 
 import pgjobs
 from bullmq_compat.connection import Connection
-from bullmq_compat.events import EventEmitter
+from bullmq_compat.emitter import EventEmitter
 from bullmq_compat.job import job_id_of
-from bullmq_compat.options import engine_queue
+from bullmq_compat.mapping import engine_queue
 from pgjobs import JobEvent, JobFilter, SubState
 
 # engine status -> BullMQ state, for the ``prev`` of an event

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from bullmq_compat.options import KIND, enqueue_options
+from bullmq_compat.mapping import KIND, enqueue_options
 from pgjobs import InvalidOption, Schedule
 
 

@@ -10,15 +10,15 @@ from typing import Any
 
 import pgjobs
 from bullmq_compat.connection import Connection
+from bullmq_compat.emitter import EventEmitter
 from bullmq_compat.errors import (
     DelayedError,
     RateLimitError,
     UnrecoverableError,
     WaitingChildrenError,
 )
-from bullmq_compat.events import EventEmitter
 from bullmq_compat.job import Job
-from bullmq_compat.options import KIND, engine_queue
+from bullmq_compat.mapping import KIND, engine_queue
 from bullmq_compat.queue import Queue
 from pgjobs import Delayed, Fatal, JobContext, WaitForPrerequisites
 

@@ -6,6 +6,6 @@
 The CLI (``bullmq-to-pgjobs``, ``python -m migration_tools``) is a thin layer over this.
 """
 
-from migration_tools.runner import ExitCode, MigrationOptions, Report, migrate
+from migration_tools.run import ExitCode, MigrationOptions, Report, migrate
 
 __all__ = ["ExitCode", "MigrationOptions", "Report", "migrate"]

@@ -15,7 +15,7 @@ import sys
 import asyncpg
 from redis.exceptions import RedisError
 
-from migration_tools.runner import ExitCode, MigrationOptions, migrate
+from migration_tools.run import ExitCode, MigrationOptions, migrate
 from pgjobs import PgJobsError, dsn_from_env
 
 

@@ -67,10 +67,6 @@ def delayed_run_at_ms(score: float) -> int:
     return int(score) // DELAYED_SCORE_FACTOR
 
 
-def priority_of_score(score: float) -> int:
-    return int(score) // PRIORITY_SCORE_FACTOR
-
-
 def decode_opts(text: str | None) -> dict[str, Any]:
     """``opts`` as cjson wrote it, with short keys expanded. ``\\/`` is plain JSON; cjson's
     empty array-as-object and 14-digit numbers are kept as read."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pgjobs.config import validate_schema
+from pgjobs import validate_schema
 
 _DDL = """
 CREATE SCHEMA IF NOT EXISTS {s};

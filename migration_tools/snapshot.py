@@ -216,21 +216,6 @@ async def read_queue(redis: Any, ref: QueueRef) -> QueueSnapshot:
     )
 
 
-async def read_jobs_by_key(
-    redis: Any, keys: list[tuple[QueueRef, str]]
-) -> dict[tuple[QueueRef, str], RawJob]:
-    """Job hashes named from outside their queue's snapshot (flow children elsewhere)."""
-    found: dict[tuple[QueueRef, str], RawJob] = {}
-    by_queue: dict[QueueRef, list[str]] = {}
-    for ref, job_id in keys:
-        by_queue.setdefault(ref, []).append(job_id)
-    for ref, ids in by_queue.items():
-        jobs, _ = await _read_jobs(redis, ref, ids)
-        for job_id, job in jobs.items():
-            found[(ref, job_id)] = job
-    return found
-
-
 async def _read_jobs(
     redis: Any, ref: QueueRef, ids: list[str]
 ) -> tuple[dict[str, RawJob], list[str]]:

@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from bullmq_compat import schedulers
-from bullmq_compat.options import KIND, edge_policy, engine_queue, enqueue_options
+from bullmq_compat import KIND, edge_policy, engine_queue, enqueue_options, scheduler_arguments
 from migration_tools.layout import (
     SHORT_OPTS,
     RawJob,
@@ -30,8 +29,7 @@ from migration_tools.layout import (
     state_of,
 )
 from migration_tools.snapshot import QueueRef, QueueSnapshot
-from pgjobs import EdgePolicy, ImportedEdge, ImportedJob, JobSpec, jsonvalue
-from pgjobs.imports import EdgeState
+from pgjobs import EdgePolicy, EdgeState, ImportedEdge, ImportedJob, JobSpec, jsonvalue
 
 # Options that describe how a job was added, not how it runs: kept in metadata only.
 _ADD_TIME_OPTS = {
@@ -502,7 +500,7 @@ class Transformer:
                     data = decode_json(fields.get("data")) if fields.get("data") else {}
                     opts = decode_opts(fields.get("opts"))
                 template = {k: v for k, v in opts.items() if k not in _ADD_TIME_OPTS}
-                arguments = schedulers.upsert_arguments(
+                arguments = scheduler_arguments(
                     ref.prefix, ref.name, scheduler_id, repeat, name, data, template
                 )
                 arguments["first_run_at"] = datetime.fromtimestamp(next_ms / 1000, UTC)

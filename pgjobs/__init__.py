@@ -1,8 +1,16 @@
-"""pgjobs: a durable, typed job queue in PostgreSQL for asyncio."""
+"""pgjobs: a durable, typed job queue in PostgreSQL for asyncio.
+
+Everything public is imported from here (``__all__``): ``JobQueue`` (enqueue, flows,
+operations, queue settings, schedules, tracking), ``Registry`` and ``Kind`` (typed job kinds),
+``Worker``, ``JobContext`` (what a handler sees), the handler signals (``Retry``, ``Delayed``,
+``Fatal``, ``WaitForPrerequisites``), ``Flow`` and ``EdgePolicy``, the row and filter types of
+``models``, and one error tree under ``PgJobsError``. Submodules are the implementation; README's
+layout section maps them.
+"""
 
 from pgjobs.backoff import Backoff
 from pgjobs.client import JobQueue
-from pgjobs.config import DEFAULT_SCHEMA, dsn_from_env
+from pgjobs.config import DEFAULT_SCHEMA, dsn_from_env, validate_schema
 from pgjobs.context import JobContext
 from pgjobs.enqueue import JobSpec
 from pgjobs.errors import (
@@ -24,8 +32,9 @@ from pgjobs.errors import (
 from pgjobs.events import EventStream
 from pgjobs.executor import TRANSIENT_ERRORS, create_pool
 from pgjobs.flows import EdgePolicy, Flow, SubmittedFlow
-from pgjobs.imports import ImportedEdge, ImportedJob
+from pgjobs.imports import EdgeState, ImportedEdge, ImportedJob, ImportedStatus
 from pgjobs.kinds import Kind, Registry
+from pgjobs.maintenance import schedule_maintenance
 from pgjobs.models import (
     EnqueueResult,
     FlowEdge,
@@ -37,16 +46,21 @@ from pgjobs.models import (
     JobFilter,
     JobRow,
     Keep,
+    LogLine,
+    LogPage,
     MetricsBucket,
     PurgeResult,
     QueueStats,
     Status,
     SubState,
 )
+from pgjobs.ops import RunningPolicy
 from pgjobs.outcomes import Delayed, Fatal, Retry, WaitForPrerequisites
 from pgjobs.queues import QueueSettings
 from pgjobs.retrying import retry_delay
 from pgjobs.schedules import Schedule, Scheduler
+from pgjobs.tracking import Granularity
+from pgjobs.validation import text as validate_text
 from pgjobs.worker import Worker, WorkerStats
 
 __all__ = [
@@ -57,6 +71,7 @@ __all__ = [
     "Delayed",
     "DuplicateKind",
     "EdgePolicy",
+    "EdgeState",
     "EnqueueResult",
     "EventStream",
     "Fatal",
@@ -70,8 +85,10 @@ __all__ = [
     "FlowRunning",
     "FlowSummary",
     "FlowView",
+    "Granularity",
     "ImportedEdge",
     "ImportedJob",
+    "ImportedStatus",
     "InvalidFlow",
     "InvalidJobInput",
     "InvalidOption",
@@ -85,6 +102,8 @@ __all__ = [
     "JobSpec",
     "Keep",
     "Kind",
+    "LogLine",
+    "LogPage",
     "MetricsBucket",
     "PgJobsError",
     "PurgeResult",
@@ -92,6 +111,7 @@ __all__ = [
     "QueueStats",
     "Registry",
     "Retry",
+    "RunningPolicy",
     "Schedule",
     "Scheduler",
     "SchemaMissing",
@@ -105,4 +125,7 @@ __all__ = [
     "create_pool",
     "dsn_from_env",
     "retry_delay",
+    "schedule_maintenance",
+    "validate_schema",
+    "validate_text",
 ]

@@ -39,10 +39,6 @@ class Completer:
         self._ready.set()
         return await future
 
-    @property
-    def pending(self) -> int:
-        return len(self._buffer)
-
     async def stop(self) -> None:
         """Flush what is buffered, then stop."""
         if self._task is None:

@@ -102,14 +102,6 @@ class JobContext:
         """
         return await self._write_progress(self._encode_progress(value), None)
 
-    async def save_progress(self, conn: Connection, value: Any) -> bool:
-        """Fenced progress write on the caller's connection, inside the caller's transaction.
-
-        Returns False when ownership was lost; the caller must then roll back its transaction
-        (``transaction()`` does this for you).
-        """
-        return await self._write_progress(self._encode_progress(value), conn)
-
     async def _write_progress(self, encoded: str, conn: Connection | None) -> bool:
         if self.lost:
             return False

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pgjobs import jsonvalue, options
+from pgjobs import jsonvalue, validation
 from pgjobs.backoff import Backoff
 from pgjobs.config import notify_channel
 from pgjobs.errors import DedupRaceError, InvalidOption
@@ -21,7 +21,7 @@ from pgjobs.kinds import Kind, Registry
 from pgjobs.models import EnqueueResult, Keep
 
 # The in-flight holder of a dedup key can finish between our conflict and our read of it;
-# then the key is free and inserting again succeeds. Three rounds bound a pathological churn.
+# then the key is free and inserting again succeeds. A few rounds bound a pathological churn.
 MAX_DEDUP_ROUNDS = 5
 
 
@@ -128,7 +128,7 @@ def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
     payload = kind.encode(typed)
     if spec.run_at is not None and spec.delay is not None:
         raise InvalidOption("delay", "give either run_at or delay, not both")
-    run_at = options.run_at(spec.run_at)
+    run_at = validation.run_at(spec.run_at)
     if spec.lifo:
         if run_at is not None or spec.delay:
             raise InvalidOption("lifo", "a LIFO job cannot also be delayed")
@@ -146,40 +146,40 @@ def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
         retention = {
             status: rule
             for status, rule in (
-                ("completed", options.keep("keep_completed", keep_completed)),
-                ("dead", options.keep("keep_dead", keep_dead)),
+                ("completed", validation.keep("keep_completed", keep_completed)),
+                ("dead", validation.keep("keep_dead", keep_dead)),
             )
             if rule is not None
         }
-    dedup_key = options.text("dedup_key", spec.dedup_key)
+    dedup_key = validation.text("dedup_key", spec.dedup_key)
     hold = _dedup_hold(spec, dedup_key)
     name = spec.name if spec.name is not None else kind.label(typed)
     group_key = spec.group_key if spec.group_key is not None else kind.group(typed)
     return PreparedJob(
         # The kind's own settings were validated when it was declared.
-        queue=kind.queue if spec.queue is None else options.queue(spec.queue),
+        queue=kind.queue if spec.queue is None else validation.queue(spec.queue),
         kind=kind.name,
-        name=options.text("name", name, optional=False) or "",
+        name=validation.text("name", name, optional=False) or "",
         payload=payload,
-        priority=kind.priority if spec.priority is None else options.priority(spec.priority),
+        priority=kind.priority if spec.priority is None else validation.priority(spec.priority),
         run_at=run_at,
-        delay=options.delay_seconds(spec.delay),
+        delay=validation.delay_seconds(spec.delay),
         max_attempts=(
             kind.max_attempts
             if spec.max_attempts is None
-            else options.max_attempts(spec.max_attempts)
+            else validation.max_attempts(spec.max_attempts)
         ),
         max_deferrals=(
             kind.max_deferrals
             if spec.max_deferrals is None
-            else options.max_deferrals(spec.max_deferrals)
+            else validation.max_deferrals(spec.max_deferrals)
         ),
         backoff=_backoff_text(spec.backoff if spec.backoff is not None else kind.backoff),
         dedup_key=None if hold is not None else dedup_key,
-        group_key=options.text("group_key", group_key),
-        tenant=options.text("tenant", spec.tenant, max_bytes=256),
+        group_key=validation.text("group_key", group_key),
+        tenant=validation.text("tenant", spec.tenant, max_bytes=256),
         metadata=metadata,
-        job_key=options.text("job_key", spec.job_key),
+        job_key=validation.text("job_key", spec.job_key),
         retention=jsonvalue.dumps(retention) if retention else None,
         record_events=bool(spec.events),
         hold=hold,
@@ -190,7 +190,7 @@ def _backoff_text(value: Any) -> str:
     """The stored JSON of a backoff policy; a Backoff object's is computed once."""
     if isinstance(value, Backoff):
         return _backoff_json(value)
-    return jsonvalue.dumps(options.backoff(value).to_json())
+    return jsonvalue.dumps(validation.backoff(value).to_json())
 
 
 @functools.lru_cache(maxsize=256)
@@ -206,7 +206,7 @@ def _dedup_hold(spec: JobSpec, dedup_key: str | None) -> DedupHold | None:
         return None
     if dedup_key is None:
         raise InvalidOption("dedup_ttl", "needs a dedup_key")
-    ttl = options.delay_seconds(spec.dedup_ttl, "dedup_ttl")
+    ttl = validation.delay_seconds(spec.dedup_ttl, "dedup_ttl")
     if not ttl:
         raise InvalidOption("dedup_ttl", f"must be > 0 seconds, got {spec.dedup_ttl!r}")
     return DedupHold(dedup_key, ttl, bool(spec.dedup_extend), bool(spec.dedup_replace))

@@ -70,7 +70,7 @@ class EventStream:
         self._buffer: deque[JobEvent] = deque()
         self._wake = asyncio.Event()
         self._announced = False
-        self._notifier = Notifier(db.pool, events_channel(db.schema), self._on_notify)
+        self._notifier = Notifier(db, events_channel(db.schema), self._on_notify)
         self._started = False
         self._closed = False
 
@@ -168,9 +168,9 @@ async def publish(
 ) -> None:
     """Append a queue-level event (``job_id`` None); with ``conn`` it commits with the caller's
     transaction."""
-    from pgjobs import jsonvalue, options
+    from pgjobs import jsonvalue, validation
 
-    name = options.text("event", event, optional=False)
+    name = validation.text("event", event, optional=False)
     if not name:
         raise InvalidOption("event", "must be a non-empty name")
     try:
@@ -179,10 +179,10 @@ async def publish(
         raise InvalidOption("data", str(exc)) from None
     await db.fetch(
         "publish_event",
-        options.queue(queue),
+        validation.queue(queue),
         name,
         encoded,
-        options.text("tenant", tenant, max_bytes=256),
+        validation.text("tenant", tenant, max_bytes=256),
         events_channel(db.schema),
         conn=conn,
     )

@@ -3,9 +3,9 @@ caller's connection, and turn "relation does not exist" into a clear SchemaMissi
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 else:  # asyncpg's classes are generic only in its stubs
     Connection = asyncpg.Connection | PoolConnectionProxy
 
+
+T = TypeVar("T")
+MAX_DEADLOCK_RETRIES = 5
 
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
@@ -78,37 +81,42 @@ class Database:
         if self.owns_pool:
             await self.pool.close()
 
-    def _sql(self, name: str) -> str:
-        return self.statements[name]
-
-    async def fetch(self, name: str, *args: Any, conn: Any = None) -> list[asyncpg.Record]:
-        try:
-            return await (conn or self.pool).fetch(self._sql(name), *args)
-        except (asyncpg.UndefinedTableError, asyncpg.UndefinedFunctionError) as exc:
-            raise await self._schema_missing() from exc
-
-    async def fetchrow(self, name: str, *args: Any, conn: Any = None) -> asyncpg.Record | None:
-        try:
-            return await (conn or self.pool).fetchrow(self._sql(name), *args)
-        except (asyncpg.UndefinedTableError, asyncpg.UndefinedFunctionError) as exc:
-            raise await self._schema_missing() from exc
-
-    async def fetchval(self, name: str, *args: Any, conn: Any = None) -> Any:
-        try:
-            return await (conn or self.pool).fetchval(self._sql(name), *args)
-        except (asyncpg.UndefinedTableError, asyncpg.UndefinedFunctionError) as exc:
-            raise await self._schema_missing() from exc
-
-    async def fetch_sql(
-        self, name: str, parts: dict[str, str], *args: Any, conn: Any = None
-    ) -> list[asyncpg.Record]:
-        """Run a statement with ``{marker}`` parts filled in (only by pgjobs' own builders,
-        which emit column names and bind placeholders, never values)."""
-        statement = self._sql(name)
-        for marker, text in parts.items():
+    def _sql(self, name: str, parts: dict[str, str] | None = None) -> str:
+        statement = self.statements[name]
+        for marker, text in (parts or {}).items():
             statement = statement.replace("{" + marker + "}", text)
+        return statement
+
+    async def fetch(
+        self, name: str, *args: Any, conn: Any = None, parts: dict[str, str] | None = None
+    ) -> list[asyncpg.Record]:
+        """Run statement ``name``; ``parts`` fill its ``{marker}`` holes (only pgjobs' own
+        builders, which emit column names and bind placeholders, never values)."""
         try:
-            return await (conn or self.pool).fetch(statement, *args)
+            return await (conn or self.pool).fetch(self._sql(name, parts), *args)
+        except (asyncpg.UndefinedTableError, asyncpg.UndefinedFunctionError) as exc:
+            raise await self._schema_missing() from exc
+
+    async def fetchrow(
+        self, name: str, *args: Any, conn: Any = None, parts: dict[str, str] | None = None
+    ) -> asyncpg.Record | None:
+        try:
+            return await (conn or self.pool).fetchrow(self._sql(name, parts), *args)
+        except (asyncpg.UndefinedTableError, asyncpg.UndefinedFunctionError) as exc:
+            raise await self._schema_missing() from exc
+
+    async def fetchval(
+        self, name: str, *args: Any, conn: Any = None, parts: dict[str, str] | None = None
+    ) -> Any:
+        try:
+            return await (conn or self.pool).fetchval(self._sql(name, parts), *args)
+        except (asyncpg.UndefinedTableError, asyncpg.UndefinedFunctionError) as exc:
+            raise await self._schema_missing() from exc
+
+    async def execute(self, name: str, *args: Any, conn: Any = None) -> str:
+        """Run a statement that returns no rows (VACUUM, DDL); its status tag."""
+        try:
+            return await (conn or self.pool).execute(self._sql(name), *args)
         except (asyncpg.UndefinedTableError, asyncpg.UndefinedFunctionError) as exc:
             raise await self._schema_missing() from exc
 
@@ -117,6 +125,24 @@ class Database:
         """A pool connection inside a transaction: committed on exit, rolled back on error."""
         async with self.pool.acquire() as conn, conn.transaction():
             yield conn
+
+    async def in_transaction(
+        self, work: Callable[[Connection], Awaitable[T]], connection: Connection | None = None
+    ) -> T:
+        """``work(conn)`` in one transaction: a savepoint of the caller's ``connection`` (whose
+        transaction decides), or one of our own, run again when PostgreSQL broke a deadlock
+        (it rolled everything back, so nothing was half-written)."""
+        if connection is not None:
+            async with connection.transaction():
+                return await work(connection)
+        for attempt in range(MAX_DEADLOCK_RETRIES):
+            try:
+                async with self.transaction() as conn:
+                    return await work(conn)
+            except asyncpg.DeadlockDetectedError:
+                if attempt == MAX_DEADLOCK_RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def schema_version(self) -> int | None:
         """The highest applied migration; None when the schema or its ledger is missing."""

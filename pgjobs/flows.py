@@ -186,11 +186,7 @@ class Flows:
                 )
             return SubmittedFlow(flow_id, ids)
 
-        if connection is not None:
-            async with connection.transaction():
-                return await write(connection)
-        async with self._db.transaction() as conn:
-            return await write(conn)
+        return await self._db.in_transaction(write, connection)
 
     async def add_prerequisite(
         self,
@@ -243,11 +239,7 @@ class Flows:
             )
             return result
 
-        if connection is not None:
-            async with connection.transaction():
-                return await write(connection)
-        async with self._db.transaction() as conn:
-            return await write(conn)
+        return await self._db.in_transaction(write, connection)
 
     async def rerun(self, flow_id: int, *, tenant: str | None, any_tenant: bool) -> SubmittedFlow:
         """Clone the flow under a new id, every node pending, priorities and budgets kept.

@@ -146,11 +146,7 @@ async def import_jobs(
             await db.fetch("wake_queues", queues, notify_channel(db.schema), conn=conn)
         return results
 
-    if conn is not None:
-        async with conn.transaction():
-            return await write(conn)
-    async with db.transaction() as own:
-        return await write(own)
+    return await db.in_transaction(write, conn)
 
 
 def _row(p: PreparedJob, job: ImportedJob, flow_id: int | None) -> tuple[Any, ...]:

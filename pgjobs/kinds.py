@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import pydantic
 import pydantic_core
 
-from pgjobs import jsonvalue, options
+from pgjobs import jsonvalue, validation
 from pgjobs.backoff import Backoff
 from pgjobs.errors import DuplicateKind, InvalidJobInput, InvalidOption, UnknownKind
 from pgjobs.models import Keep
@@ -62,13 +62,13 @@ class Kind(Generic[InputT]):
             raise InvalidOption(
                 "kind", f"a kind is a non-empty string of at most 200 characters, got {self.name!r}"
             )
-        options.queue(self.queue)
-        options.max_attempts(self.max_attempts)
-        options.max_deferrals(self.max_deferrals)
-        options.priority(self.priority)
-        options.keep("keep_completed", self.keep_completed)
-        options.keep("keep_dead", self.keep_dead)
-        object.__setattr__(self, "backoff", options.backoff(self.backoff))
+        validation.queue(self.queue)
+        validation.max_attempts(self.max_attempts)
+        validation.max_deferrals(self.max_deferrals)
+        validation.priority(self.priority)
+        validation.keep("keep_completed", self.keep_completed)
+        validation.keep("keep_dead", self.keep_dead)
+        object.__setattr__(self, "backoff", validation.backoff(self.backoff))
         try:
             adapter = pydantic.TypeAdapter(self.input)
         except pydantic.PydanticUserError as exc:

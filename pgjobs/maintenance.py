@@ -92,7 +92,7 @@ async def vacuum_churning_tables(db: Database, params: VacuumInput) -> dict[str,
     for row in rows:
         if row["dead"] >= max(params.min_dead, params.dead_fraction * row["live"]):
             # VACUUM cannot run in a transaction: straight on a pool connection.
-            await db.pool.execute(db.statements[f"vacuum_{row['table_name']}"])
+            await db.execute(f"vacuum_{row['table_name']}")
             vacuumed[row["table_name"]] = row["dead"]
     return {"vacuumed": vacuumed}
 
@@ -115,8 +115,8 @@ async def sweep_metrics(db: Database, params: SweepInput) -> dict[str, Any]:
 
 
 def register_maintenance(registry: Registry, db_of: Any, *, queue: str = MAINTENANCE_QUEUE) -> None:
-    """Register the GC and sweep kinds on ``registry``. ``db_of`` returns the Database to work
-    on (the JobQueue passes itself)."""
+    """Register the maintenance kinds (GC, metrics sweep, vacuum) on ``registry``. ``db_of``
+    returns the Database to work on (the JobQueue passes itself)."""
 
     @registry.kind(GC_KIND, input=GcInput, queue=queue, max_attempts=3)
     async def gc(ctx: JobContext, params: GcInput) -> dict[str, Any]:

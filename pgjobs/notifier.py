@@ -15,6 +15,7 @@ from typing import Any
 
 import asyncpg
 
+from pgjobs.executor import Database
 from pgjobs.retrying import retry_delay
 
 logger = logging.getLogger("pgjobs.notifier")
@@ -26,9 +27,10 @@ class Notifier:
     a reconnect (anything may have been missed)."""
 
     def __init__(
-        self, pool: asyncpg.Pool, channel: str, on_message: Callable[[str | None], None]
+        self, db: Database, channel: str, on_message: Callable[[str | None], None]
     ) -> None:
-        self._pool = pool
+        self._db = db
+        self._pool: asyncpg.Pool = db.pool
         self._channel = channel
         self._on_message = on_message
         self._task: asyncio.Task[None] | None = None
@@ -72,7 +74,7 @@ class Notifier:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(lost.wait(), timeout=10.0)
                     if not lost.is_set():
-                        await conn.execute("SELECT 1")
+                        await self._db.fetchval("ping", conn=conn)
                 raise ConnectionError("LISTEN connection closed")
             except asyncio.CancelledError:
                 if conn is not None and not conn.is_closed():

@@ -3,12 +3,9 @@ transaction; ids-based actions are scoped to a tenant unless ``any_tenant`` is s
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any, Literal, TypeVar
 
-import asyncpg
-
-from pgjobs import jsonvalue, options
+from pgjobs import jsonvalue, validation
 from pgjobs.config import notify_channel
 from pgjobs.errors import InvalidOption
 from pgjobs.executor import Connection, Database
@@ -18,7 +15,6 @@ from pgjobs.sql import filters
 
 T = TypeVar("T")
 RunningPolicy = Literal["skip", "cancel"]
-MAX_DEADLOCK_RETRIES = 5
 MAX_LOG_LINE_BYTES = 64 * 1024
 
 
@@ -29,23 +25,6 @@ class Operations:
         self._db = db
         self._registry = registry
         self._channel = notify_channel(db.schema)
-
-    async def _in_transaction(
-        self, work: Callable[[Connection], Awaitable[T]], connection: Connection | None = None
-    ) -> T:
-        """Run ``work`` in a transaction: a savepoint of the caller's ``connection`` if given,
-        else one of our own, retried when PostgreSQL broke a deadlock."""
-        if connection is not None:
-            async with connection.transaction():
-                return await work(connection)
-        for attempt in range(MAX_DEADLOCK_RETRIES):
-            try:
-                async with self._db.transaction() as conn:
-                    return await work(conn)
-            except asyncpg.DeadlockDetectedError:
-                if attempt == MAX_DEADLOCK_RETRIES - 1:
-                    raise
-        raise AssertionError("unreachable")  # pragma: no cover
 
     # -- cancel -----------------------------------------------------------------------------
 
@@ -63,7 +42,7 @@ class Operations:
             )
             return [row["id"] for row in rows]
 
-        return await self._in_transaction(work, connection)
+        return await self._db.in_transaction(work, connection)
 
     async def cancel_flow(self, flow_id: int, *, tenant: str | None, any_tenant: bool) -> list[int]:
         async def work(conn: Connection) -> list[int]:
@@ -78,22 +57,21 @@ class Operations:
             )
             return [row["id"] for row in rows]
 
-        return await self._in_transaction(work)
+        return await self._db.in_transaction(work)
 
     # -- re-drive ---------------------------------------------------------------------------
 
     async def requeue(self, where: JobFilter, connection: Connection | None = None) -> list[int]:
         sql, params = filters.where(where, 1, "j", self._db.schema)
-        statement = self._db.statements["requeue_where"].replace("{where}", sql)
 
         async def work(conn: Connection) -> list[int]:
-            rows = await conn.fetch(statement, *params)
+            rows = await self._db.fetch("requeue_where", *params, conn=conn, parts={"where": sql})
             queues = sorted({row["queue"] for row in rows})
             if queues:
                 await self._db.fetch("notify_queues", queues, self._channel, conn=conn)
             return [row["id"] for row in rows]
 
-        return await self._in_transaction(work, connection)
+        return await self._db.in_transaction(work, connection)
 
     async def promote(self, job_id: int, *, tenant: str | None, any_tenant: bool) -> bool:
         row = await self._db.fetchrow("promote", job_id, tenant, any_tenant, self._channel)
@@ -117,7 +95,7 @@ class Operations:
     async def change_priority(
         self, job_id: int, priority: int, *, tenant: str | None, any_tenant: bool
     ) -> bool:
-        value = options.priority(priority)
+        value = validation.priority(priority)
         return (
             await self._db.fetchrow("change_priority", job_id, tenant, any_tenant, value)
             is not None
@@ -130,15 +108,15 @@ class Operations:
     ) -> bool:
         text = _log_line(line)
         if keep_last is not None:
-            options.integer("keep_last", keep_last, 1, 1_000_000)
+            validation.integer("keep_last", keep_last, 1, 1_000_000)
         added = await self._db.fetchval("append_log", job_id, tenant, any_tenant, text, keep_last)
         return bool(added)
 
     async def read_logs(
         self, job_id: int, *, offset: int, limit: int, tenant: str | None, any_tenant: bool
     ) -> LogPage:
-        options.integer("offset", offset, 0, 2**31 - 1)
-        options.integer("limit", limit, 1, 10_000)
+        validation.integer("offset", offset, 0, 2**31 - 1)
+        validation.integer("limit", limit, 1, 10_000)
         rows = await self._db.fetch("read_logs", job_id, tenant, any_tenant, offset, limit)
         lines = [LogLine(row["line"], row["created_at"]) for row in rows]
         return LogPage(lines, rows[0]["total"] if rows else 0)
@@ -151,20 +129,23 @@ class Operations:
         if running not in ("skip", "cancel"):
             raise InvalidOption("running", f"must be 'skip' or 'cancel', got {running!r}")
         sql, params = filters.where(where, 2, "j", self._db.schema)
-        lock = self._db.statements["purge_lock"].replace("{where}", sql)
         count_sql, count_params = filters.where(where, 1, "j", self._db.schema)
-        count_running = self._db.statements["count_running_where"].replace("{where}", count_sql)
 
         async def work(conn: Connection) -> PurgeResult:
-            ids = [row["id"] for row in await conn.fetch(lock, running == "cancel", *params)]
+            locked = await self._db.fetch(
+                "purge_lock", running == "cancel", *params, conn=conn, parts={"where": sql}
+            )
+            ids = [row["id"] for row in locked]
             deleted = await self._db.fetchval("remove_jobs", ids, self._channel, conn=conn)
             # Counted after the cascades: a running row this purge cancelled is not "skipped".
-            skipped = (
-                0 if running == "cancel" else await conn.fetchval(count_running, *count_params)
-            )
+            skipped = 0
+            if running != "cancel":
+                skipped = await self._db.fetchval(
+                    "count_running_where", *count_params, conn=conn, parts={"where": count_sql}
+                )
             return PurgeResult(int(deleted), int(skipped))
 
-        return await self._in_transaction(work, connection)
+        return await self._db.in_transaction(work, connection)
 
 
 def _log_line(line: Any) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pgjobs import events, options
+from pgjobs import events, validation
 from pgjobs.config import notify_channel
 from pgjobs.errors import InvalidOption
 from pgjobs.executor import Database
@@ -28,7 +28,7 @@ class QueueSettings:
 
 
 def _cap(option: str, value: Any) -> int | None:
-    return None if value is None else options.integer(option, value, 1, 1_000_000)
+    return None if value is None else validation.integer(option, value, 1, 1_000_000)
 
 
 class QueueControl:
@@ -39,7 +39,7 @@ class QueueControl:
     async def _set(self, queue: str, fields: list[str], conn: Any = None, **values: Any) -> None:
         await self._db.fetchrow(
             "upsert_queue_setting",
-            options.queue(queue),
+            validation.queue(queue),
             fields,
             values.get("paused"),
             values.get("concurrency"),
@@ -77,7 +77,7 @@ class QueueControl:
         if max_jobs is None:
             await self._set(queue, ["rate"])
             return
-        options.integer("max_jobs", max_jobs, 1, 1_000_000_000)
+        validation.integer("max_jobs", max_jobs, 1, 1_000_000_000)
         if (
             isinstance(per_seconds, bool)
             or not isinstance(per_seconds, int | float)
@@ -90,16 +90,16 @@ class QueueControl:
         await self._set(queue, ["rate"], rate_limit=max_jobs, rate_period=float(per_seconds))
 
     async def set_max_stalls(self, queue: str, limit: int | None) -> None:
-        stalls = None if limit is None else options.integer("max_stalls", limit, 0, 1_000_000)
+        stalls = None if limit is None else validation.integer("max_stalls", limit, 0, 1_000_000)
         await self._set(queue, ["max_stalls"], max_stalls=stalls)
 
     async def limit_for(self, queue: str, seconds: float) -> None:
         """Hand out nothing from ``queue`` for ``seconds`` (BullMQ's ``rateLimit(ms)``)."""
-        delay = options.delay_seconds(seconds, "seconds")
-        await self._db.fetchval("limit_queue_for", options.queue(queue), delay)
+        delay = validation.delay_seconds(seconds, "seconds")
+        await self._db.fetchval("limit_queue_for", validation.queue(queue), delay)
 
     async def settings(self, queue: str) -> QueueSettings:
-        rows = await self._db.fetch("queue_settings", [options.queue(queue)])
+        rows = await self._db.fetch("queue_settings", [validation.queue(queue)])
         if not rows:
             return QueueSettings(queue)
         row = rows[0]

@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadCronError, croniter
 
-from pgjobs import jsonvalue, options
+from pgjobs import jsonvalue, validation
 from pgjobs.config import notify_channel
 from pgjobs.enqueue import JobSpec, insert_one, prepare
 from pgjobs.errors import InvalidOption
@@ -147,23 +147,23 @@ class Schedules:
         computing it, and ``emitted`` the count of runs already made (a new schedule only): an
         import of a schedule from another system keeps its place and its ``limit``.
         """
-        options.text("name", name, optional=False)
+        validation.text("name", name, optional=False)
         if (cron is None) == (every is None):
             raise InvalidOption("cron", "give exactly one of cron and every")
         _zone(timezone)
         every_seconds = None
         if every is not None:
-            every_seconds = options.delay_seconds(every, "every")
+            every_seconds = validation.delay_seconds(every, "every")
             if not every_seconds:
                 raise InvalidOption("every", "must be more than 0 seconds")
         if cron is not None:
             _check_cron(cron)
-        options.timestamp("start_at", start_at)
-        options.timestamp("end_at", end_at)
+        validation.timestamp("start_at", start_at)
+        validation.timestamp("end_at", end_at)
         if start_at and end_at and end_at <= start_at:
             raise InvalidOption("end_at", "must be after start_at")
         if limit is not None:
-            options.integer("limit", limit, 1, 2**31 - 1)
+            validation.integer("limit", limit, 1, 2**31 - 1)
         if job_name is not None:
             job_options["name"] = (
                 job_name  # the label of each emitted job (``name`` is the schedule's)
@@ -181,7 +181,7 @@ class Schedules:
         spec = JobSpec(kind, input, **job_options)
         prepared = prepare(spec, self._registry)  # validates kind, input and options now
         if job_key_prefix is not None:
-            job_options[_KEY_PREFIX] = options.text("job_key_prefix", job_key_prefix)
+            job_options[_KEY_PREFIX] = validation.text("job_key_prefix", job_key_prefix)
         now = datetime.now(UTC)
         if immediately and (start_at is None or start_at <= now):
             first = now
@@ -190,8 +190,8 @@ class Schedules:
                 cron=cron, every=every_seconds, timezone=timezone, after=now, start_at=start_at
             )
         if first_run_at is not None:
-            first = options.timestamp("first_run_at", first_run_at) or first
-        options.integer("emitted", emitted, 0, 2**31 - 1)
+            first = validation.timestamp("first_run_at", first_run_at) or first
+        validation.integer("emitted", emitted, 0, 2**31 - 1)
         if end_at is not None and first > end_at:
             first = None  # type: ignore[assignment]
         row = await self._db.fetchrow(

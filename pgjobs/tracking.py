@@ -8,7 +8,7 @@ from typing import Literal
 
 import asyncpg
 
-from pgjobs import jsonvalue, options
+from pgjobs import jsonvalue, validation
 from pgjobs.errors import InvalidOption
 from pgjobs.executor import Database
 from pgjobs.models import (
@@ -68,8 +68,8 @@ def _summary(row: asyncpg.Record) -> FlowSummary:
 
 def _page(limit: int, offset: int) -> tuple[int, int]:
     return (
-        options.integer("limit", limit, 1, MAX_PAGE),
-        options.integer("offset", offset, 0, 10_000_000),
+        validation.integer("limit", limit, 1, MAX_PAGE),
+        validation.integer("offset", offset, 0, 10_000_000),
     )
 
 
@@ -80,7 +80,7 @@ class Tracking:
     async def substate_counts(self, where: JobFilter) -> dict[SubState, int]:
         """How many jobs matching ``where`` are in each sub-state (every sub-state present)."""
         sql, params = filters.where(where, 1, "j", self._db.schema)
-        rows = await self._db.fetch_sql("substate_counts", {"where": sql}, *params)
+        rows = await self._db.fetch("substate_counts", *params, parts={"where": sql})
         counts = _zero_counts()
         for row in rows:
             counts[SubState(row["sub_state"])] += int(row["n"])
@@ -92,8 +92,8 @@ class Tracking:
         """A page of jobs matching ``where``, newest first (or oldest first)."""
         limit, offset = _page(limit, offset)
         sql, params = filters.where(where, 4, "j", self._db.schema)
-        rows = await self._db.fetch_sql(
-            "list_jobs", {"where": sql}, oldest_first, offset, limit, *params
+        rows = await self._db.fetch(
+            "list_jobs", oldest_first, offset, limit, *params, parts={"where": sql}
         )
         return [job_row(row) for row in rows]
 
@@ -103,7 +103,7 @@ class Tracking:
         """A page of flow summaries, newest first (by their oldest job)."""
         limit, offset = _page(limit, offset)
         sql, params = filters.flow_where(where, 3, self._db.schema)
-        rows = await self._db.fetch_sql("list_flows", {"where": sql}, offset, limit, *params)
+        rows = await self._db.fetch("list_flows", offset, limit, *params, parts={"where": sql})
         return [_summary(row) for row in rows]
 
     async def flow_view(
@@ -180,8 +180,8 @@ class Tracking:
             raise InvalidOption(
                 "granularity", f"must be 'minute', 'hour' or 'day', got {granularity!r}"
             )
-        begin = options.timestamp("start", start)
-        finish = options.timestamp("end", end) or datetime.now(UTC)
+        begin = validation.timestamp("start", start)
+        finish = validation.timestamp("end", end) or datetime.now(UTC)
         assert begin is not None
         if finish <= begin:
             raise InvalidOption("end", "must be after start")
@@ -190,7 +190,7 @@ class Tracking:
                 "start", f"the window holds more than {MAX_BUCKETS} {granularity} buckets"
             )
         rows = await self._db.fetch(
-            "queue_metrics", options.queue(queue), granularity, begin, finish
+            "queue_metrics", validation.queue(queue), granularity, begin, finish
         )
         return [MetricsBucket(r["bucket"], r["completed"], r["dead"], r["cancelled"]) for r in rows]
 

@@ -1,5 +1,6 @@
-"""The worker: claim in batches, run handlers concurrently, write outcomes in batches,
-heartbeat running jobs, rescue stalled ones, and shut down gracefully."""
+"""The worker: wires LISTEN (notifier.py) -> claim (claimer.py) -> run (runner.py) -> write
+(completer.py), keeps its leases (lease.py), and shuts down gracefully. It owns the slots: which
+jobs run, which wait claimed ahead, and what goes back when it stops or pauses."""
 
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ from typing import Any
 import asyncpg
 
 from pgjobs import jsonvalue, runner
+from pgjobs.claimer import Claimer
 from pgjobs.completer import Completer
 from pgjobs.config import notify_channel
 from pgjobs.context import JobContext
 from pgjobs.errors import InvalidOption
 from pgjobs.executor import TRANSIENT_ERRORS, Database
 from pgjobs.kinds import Kind, Registry
+from pgjobs.lease import LeaseKeeper
 from pgjobs.notifier import Notifier
 from pgjobs.outcomes import Outcome
 from pgjobs.retrying import retry_delay, wait_or_stop
@@ -33,10 +36,6 @@ DEFAULT_LEASE_SECONDS = 30.0
 DEFAULT_POLL_SECONDS = 1.0
 """Safety-net poll when no notification arrives (notifications normally wake within ms)."""
 DEFAULT_SHUTDOWN_SECONDS = 30.0
-RESCUE_BATCH = 1000
-CLAIM_AHEAD_BELOW_SECONDS = 0.05
-"""A worker claims ahead of its free slots only while its handlers take less than this on
-average: a job claimed ahead waits for a slot, and that wait must stay short."""
 
 
 WorkerEvent = str
@@ -70,7 +69,7 @@ class Worker:
     finish up to a timeout and puts the rest back to pending without using an attempt, in
     their place in the queue.
 
-    Claiming ahead: while handlers are short (under ``CLAIM_AHEAD_BELOW_SECONDS`` on
+    Claiming ahead: while handlers are short (under ``claimer.CLAIM_AHEAD_BELOW_SECONDS`` on
     average), each claim also takes up to ``claim_ahead`` jobs (default: ``concurrency``) to
     start as slots free, so that short jobs are claimed in larger batches. They are leased and
     heartbeated like running ones and given back (pending, attempt refunded, place kept) on
@@ -117,29 +116,59 @@ class Worker:
             raise InvalidOption("poll_interval", f"must be > 0 seconds, got {poll_interval!r}")
         self._db = db
         self._kinds: dict[str, Kind[Any]] = {kind.name: kind for kind in handled}
-        self._kind_names = sorted(self._kinds)
         self.concurrency = concurrency
-        self.claim_ahead = claim_ahead
-        self.lease = float(lease)
-        self.heartbeat_interval = float(heartbeat_interval)
-        self.rescue_interval = float(
-            rescue_interval if rescue_interval is not None else min(lease / 2, 15.0)
-        )
-        self.poll_interval = float(poll_interval)
         self.shutdown_timeout = float(shutdown_timeout)
         self.stats = WorkerStats()
         self._channel = notify_channel(db.schema)
-        self._wake = asyncio.Event()
+        self._claimer = Claimer(
+            db,
+            self.queues,
+            sorted(self._kinds),
+            lease=float(lease),
+            claim_ahead=claim_ahead,
+            poll_interval=float(poll_interval),
+        )
+        self._leases = LeaseKeeper(
+            db,
+            self._channel,
+            lease=float(lease),
+            heartbeat_interval=float(heartbeat_interval),
+            rescue_interval=float(
+                rescue_interval if rescue_interval is not None else min(lease / 2, 15.0)
+            ),
+            held=self._held,
+            on_lost=self._taken_over,
+            on_rescued=self._count_rescued,
+        )
         self._stopping = asyncio.Event()
         self._paused = False
         self._running: dict[int, tuple[JobContext, asyncio.Task[None]]] = {}
         self._ahead: deque[tuple[JobContext, asyncpg.Record]] = deque()  # claimed, not started
-        self._handler_seconds: float | None = None  # moving average of handler run times
         self._tasks: set[asyncio.Task[None]] = set()
         self._releasing = False
         self._completer = Completer(db, self._lost)
         self._main: asyncio.Task[None] | None = None
         self._on_event = on_event
+
+    @property
+    def lease(self) -> float:
+        return self._claimer.lease
+
+    @property
+    def claim_ahead(self) -> int:
+        return self._claimer.claim_ahead
+
+    @property
+    def poll_interval(self) -> float:
+        return self._claimer.poll_interval
+
+    @property
+    def heartbeat_interval(self) -> float:
+        return self._leases.heartbeat_interval
+
+    @property
+    def rescue_interval(self) -> float:
+        return self._leases.rescue_interval
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -150,23 +179,16 @@ class Worker:
         a database that cannot be reached at start is retried (logged) until it answers."""
         if not await self._schema_checked():
             return  # stopped while waiting for the database
-        notifier = Notifier(self._db.pool, self._channel, self._on_notify)
+        notifier = Notifier(self._db, self._channel, self._on_notify)
         self._completer.start()
         await notifier.start()
-        side_loops = [
-            asyncio.create_task(self._heartbeat_loop(), name="pgjobs-heartbeat"),
-            asyncio.create_task(self._rescue_loop(), name="pgjobs-rescue"),
-        ]
+        self._leases.start()
         try:
-            await self._claim_loop(until_drained)
+            await self._claimer.run(self, self._stopping, until_drained=until_drained)
         finally:
-            for task in side_loops:
-                task.cancel()
-            await self._release_ahead()
+            await self.give_back_unstarted()
             await self._drain_running()
-            for task in side_loops:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await self._leases.stop()
             await self._completer.stop()
             await notifier.stop()
 
@@ -197,7 +219,7 @@ class Worker:
         if timeout is not None:
             self.shutdown_timeout = timeout
         self._stopping.set()
-        self._wake.set()
+        self._claimer.wake.set()
         if self._main is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._main
@@ -206,7 +228,7 @@ class Worker:
         """Stop claiming (running handlers go on); with ``wait_for_running``, return once they
         have all finished. Queue-wide pausing is ``JobQueue.pause``."""
         self._paused = True
-        await self._release_ahead()
+        await self.give_back_unstarted()
         if wait_for_running:
             while self._tasks:
                 await asyncio.gather(*list(self._tasks), return_exceptions=True)
@@ -214,75 +236,34 @@ class Worker:
     def resume(self) -> None:
         """Claim again after ``pause``."""
         self._paused = False
-        self._wake.set()
+        self._claimer.wake.set()
 
     @property
     def paused(self) -> bool:
         return self._paused
 
-    # -- claiming --------------------------------------------------------------------------
+    # -- slots (the claimer's side of the worker) -------------------------------------------
 
     def _on_notify(self, queue: str | None) -> None:
         if queue is None or queue in self.queues:
-            self._wake.set()
+            self._claimer.wake.set()
 
-    async def _claim_loop(self, until_drained: bool) -> None:
-        failures = 0
-        while not self._stopping.is_set():
-            self._wake.clear()
-            if self._paused:
-                await self._release_ahead()
-                await self._wake.wait()
-                continue
-            self._start_ahead()
-            free = self.concurrency - len(self._running)
-            if free <= 0:  # every slot busy; a claim comes only once the buffer is empty
-                await self._wake.wait()
-                continue
-            try:
-                rows = await self._db.fetch(
-                    "claim", self.queues, self._kind_names, free, self.lease, self._ahead_wanted()
-                )
-                sleep = self.poll_interval
-                if len(rows) < free:
-                    idle = await self._db.fetchrow("idle_state", self.queues, self._kind_names)
-                    assert idle is not None
-                    if until_drained and not idle["busy"] and not rows and not self._tasks:
-                        return
-                    until_due = idle["until_due"]
-                    if until_due is not None and (until_due > 0 or not idle["capped"]):
-                        # Due jobs we could not take (another worker won them) are worth an
-                        # immediate retry; a queue at its cap is not: we wait to be woken.
-                        sleep = min(sleep, max(until_due, 0.0))
-                failures = 0
-            except TRANSIENT_ERRORS as exc:
-                failures += 1
-                sleep = retry_delay(failures)
-                logger.warning("claim failed (%s); retrying in %.1fs", exc, sleep)
-                rows = []
-            except Exception:  # never let the worker die silently: log it and back off
-                failures += 1
-                sleep = retry_delay(failures)
-                logger.exception("claim failed unexpectedly; retrying in %.1fs", sleep)
-                rows = []
-            for row in sorted(rows, key=lambda r: (-r["priority"], r["run_at"], r["id"])):
-                self.stats.claimed += 1
-                self._ahead.append((JobContext(self._db, row, self.lease), row))
-            self._start_ahead()
-            if len(rows) >= free:
-                continue
-            if self._running or sleep > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=sleep if sleep > 0 else None)
+    def free(self) -> int:
+        return self.concurrency - len(self._running)
 
-    def _ahead_wanted(self) -> int:
-        """How many jobs to claim beyond the free slots: none until handlers are known short."""
-        average = self._handler_seconds
-        if average is None or average >= CLAIM_AHEAD_BELOW_SECONDS:
-            return 0
-        return self.claim_ahead
+    def running(self) -> bool:
+        return bool(self._running)
 
-    def _start_ahead(self) -> None:
+    def working(self) -> bool:
+        return bool(self._tasks)
+
+    def take(self, rows: list[asyncpg.Record]) -> None:
+        for row in rows:
+            self.stats.claimed += 1
+            self._ahead.append((JobContext(self._db, row, self.lease), row))
+        self.fill()
+
+    def fill(self) -> None:
         """Start claimed jobs, best first, while slots are free."""
         while self._ahead and len(self._running) < self.concurrency:
             ctx, row = self._ahead.popleft()
@@ -291,7 +272,7 @@ class Worker:
             self._tasks.add(task)
             task.add_done_callback(self._job_done)
 
-    async def _release_ahead(self) -> None:
+    async def give_back_unstarted(self) -> None:
         """Give back the jobs claimed but not started: pending again, attempt refunded (a
         failed write leaves them to lease expiry)."""
         ahead, self._ahead = self._ahead, deque()
@@ -306,7 +287,7 @@ class Worker:
         must look again at once: its last look saw these jobs still running."""
         self._tasks.discard(task)
         if not self._tasks:
-            self._wake.set()
+            self._claimer.wake.set()
 
     def _emit(self, event: WorkerEvent, ctx: JobContext, detail: dict[str, Any]) -> None:
         """Tell ``on_event``; a listener's error is logged, never allowed to disturb the job."""
@@ -338,11 +319,9 @@ class Worker:
             # Cancelled by stop() past its timeout (release it) or by a lost heartbeat (drop it).
             outcome = None if ctx.lost or not self._releasing else _given_back(ctx)
         finally:
-            took = time.monotonic() - started
-            average = self._handler_seconds
-            self._handler_seconds = took if average is None else 0.9 * average + 0.1 * took
+            self._claimer.record_run(time.monotonic() - started)
             self._running.pop(ctx.id, None)
-            self._wake.set()
+            self._claimer.wake.set()
         if outcome is None:
             if ctx.completed:  # by ctx.completing(), in the handler's own transaction
                 self.stats.completed += 1
@@ -397,57 +376,29 @@ class Worker:
         if self._tasks:
             await asyncio.wait(list(self._tasks))
 
-    # -- leases ----------------------------------------------------------------------------
+    # -- leases (the lease keeper's side) ---------------------------------------------------
 
-    async def _heartbeat_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.heartbeat_interval)
-            held = [c for c, _ in self._running.values() if not c.completed]
-            held += [c for c, _ in self._ahead]
-            if not held:
-                continue
-            try:
-                rows = await self._db.fetch(
-                    "heartbeat_relaxed",
-                    [c.id for c in held],
-                    [c.lock_token for c in held],
-                    self.lease,
-                )
-            except TRANSIENT_ERRORS as exc:
-                logger.warning("heartbeat failed (%s); will retry", exc)
-                continue
-            except Exception:
-                logger.exception("heartbeat failed unexpectedly; will retry")
-                continue
-            owned = {row["id"] for row in rows}
-            for ctx in held:
-                if ctx.id in owned:
-                    continue
-                running = self._running.get(ctx.id)
-                if running is not None and running[0] is ctx:
-                    ctx.lost = True
-                    logger.warning(
-                        "job %s: lost ownership (taken over); stopping its handler", ctx.id
-                    )
-                    running[1].cancel()
-                elif any(item[0] is ctx for item in self._ahead):  # claimed ahead: forget it
-                    ctx.lost = True
-                    self._ahead = deque(item for item in self._ahead if item[0] is not ctx)
-                    self.stats.lost += 1
-                    logger.warning("job %s: lost ownership before it started", ctx.id)
+    def _held(self) -> list[JobContext]:
+        """Jobs whose lease to renew: running ones not yet completed, and those claimed ahead."""
+        held = [c for c, _ in self._running.values() if not c.completed]
+        return held + [c for c, _ in self._ahead]
 
-    async def _rescue_loop(self) -> None:
-        while True:
-            try:
-                rows = await self._db.fetch("rescue_stalled", RESCUE_BATCH, self._channel)
-                if rows:
-                    self.stats.rescued += len(rows)
-                    logger.warning("rescued %d stalled job(s) whose lease had expired", len(rows))
-            except TRANSIENT_ERRORS as exc:
-                logger.warning("stalled-job rescue failed (%s); will retry", exc)
-            except Exception:
-                logger.exception("stalled-job rescue failed unexpectedly; will retry")
-            await asyncio.sleep(self.rescue_interval)
+    def _taken_over(self, ctx: JobContext) -> None:
+        """A heartbeat found ``ctx``'s job no longer held by its claim: stop its handler, or
+        forget it if it had not started."""
+        running = self._running.get(ctx.id)
+        if running is not None and running[0] is ctx:
+            ctx.lost = True
+            logger.warning("job %s: lost ownership (taken over); stopping its handler", ctx.id)
+            running[1].cancel()
+        elif any(item[0] is ctx for item in self._ahead):
+            ctx.lost = True
+            self._ahead = deque(item for item in self._ahead if item[0] is not ctx)
+            self.stats.lost += 1
+            logger.warning("job %s: lost ownership before it started", ctx.id)
+
+    def _count_rescued(self, rescued: int) -> None:
+        self.stats.rescued += rescued
 
 
 def _given_back(ctx: JobContext) -> Outcome:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -22,3 +22,12 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s (last value: {value!r})")
         await asyncio.sleep(interval)
+
+
+async def expire_lease(jobs: Any, job_id: int) -> None:
+    """What a worker that stopped heartbeating looks like to the others: the job's lease is
+    over."""
+    await jobs.db.pool.execute(
+        f"UPDATE {jobs.schema}.jobs SET locked_until = now() - interval '1 second' WHERE id = $1",
+        job_id,
+    )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pgjobs import options
+from pgjobs import validation
 from pgjobs.errors import InvalidOption
 from pgjobs.models import SUB_STATE_STATUS, FlowFilter, JobFilter, Status, SubState
 
@@ -38,21 +38,21 @@ def _outcomes(value: Any) -> list[str]:
     return _members("outcome", list(OUTCOMES), value)
 
 
-def _text(option: str, max_bytes: int = options.MAX_LABEL_BYTES) -> Callable[[Any], Any]:
-    return lambda v: options.text(option, v, max_bytes=max_bytes)
+def _text(option: str, max_bytes: int = validation.MAX_LABEL_BYTES) -> Callable[[Any], Any]:
+    return lambda v: validation.text(option, v, max_bytes=max_bytes)
 
 
 def _time(option: str) -> Callable[[Any], Any]:
-    return lambda v: options.timestamp(option, v)
+    return lambda v: validation.timestamp(option, v)
 
 
 def _int(option: str, low: int, high: int) -> Callable[[Any], Any]:
-    return lambda v: options.integer(option, v, low, high)
+    return lambda v: validation.integer(option, v, low, high)
 
 
 # field -> (SQL template over {a} = alias and {p} = placeholder, validator of the value)
 _JOB_RULES: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "queue": ("{a}.queue = {p}::text", options.queue),
+    "queue": ("{a}.queue = {p}::text", validation.queue),
     "kind": ("{a}.kind = {p}::text", _text("kind")),
     "status": ("{a}.status = ANY({p}::text[])", _statuses),
     "flow_id": ("{a}.flow_id = {p}::bigint", _int("flow_id", 1, 2**63 - 1)),
@@ -65,7 +65,7 @@ _JOB_RULES: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "created_before": ("{a}.created_at < {p}::timestamptz", _time("created_before")),
     "finished_after": ("{a}.finished_at >= {p}::timestamptz", _time("finished_after")),
     "finished_before": ("{a}.finished_at < {p}::timestamptz", _time("finished_before")),
-    "priority": ("{a}.priority = {p}::int", options.priority),
+    "priority": ("{a}.priority = {p}::int", validation.priority),
     "job_key": ("{a}.job_key = {p}::text", _text("job_key")),
     "ids": ("{a}.id = ANY({p}::bigint[])", lambda v: [_int("ids", 1, 2**63 - 1)(i) for i in v]),
     # keyset paging: list_jobs(oldest_first=True) with after_id = the last id of the page read
@@ -77,7 +77,7 @@ _JOB_RULES: dict[str, tuple[str, Callable[[Any], Any]]] = {
 _FLOW_RULES: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "queue": (
         "EXISTS (SELECT FROM {s}.jobs j WHERE j.flow_id = f.flow_id AND j.queue = {p}::text)",
-        options.queue,
+        validation.queue,
     ),
     "outcome": ("f.outcome = ANY({p}::text[])", _outcomes),
     "name_prefix": _JOB_RULES["name_prefix"],

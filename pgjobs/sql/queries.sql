@@ -3,6 +3,10 @@
 -- always bind parameters. JSON goes in as text and is cast, so a caller's connection with its
 -- own jsonb codec cannot double-encode it.
 
+-- name: ping
+-- A round trip that proves a connection alive (the LISTEN connection's probe).
+SELECT 1;
+
 -- name: enqueue_one
 -- Insert one job, or return the job that already holds its job key (any status) or its dedup
 -- key (in flight). The NOTIFY goes out at commit. An empty result means the holder of a dedup

@@ -24,6 +24,7 @@ from pgjobs import (
 )
 from pgjobs.completer import write_outcomes
 from pgjobs.outcomes import Outcome
+from tests.helpers import expire_lease
 from tests.interleave import overlap
 
 
@@ -124,10 +125,7 @@ async def test_a_rescue_to_dead_and_a_finish_overlap(
     """One prerequisite dies of its last lease (ignore policy) while its sibling completes."""
     submitted = await _flow(jobs, EdgePolicy.IGNORE)
     one, two = await _claim_children(jobs)
-    await jobs.pool.execute(
-        f"UPDATE {jobs.schema}.jobs SET locked_until = now() - interval '1 s' WHERE id = $1",
-        two["id"],
-    )
+    await expire_lease(jobs, two["id"])
 
     async def rescue(conn: Any) -> Any:
         return await jobs.db.fetch("rescue_stalled", 10, "unused_channel", conn=conn)

@@ -18,19 +18,11 @@ from pgjobs import (
     Status,
 )
 from pgjobs.config import notify_channel
-from tests.helpers import eventually
+from tests.helpers import eventually, expire_lease
 
 
 class Task(pydantic.BaseModel):
     n: int = 0
-
-
-async def expire_lease(jobs: JobQueue, job_id: int) -> None:
-    """What a worker that stopped heartbeating looks like to the others."""
-    await jobs.db.pool.execute(
-        f"UPDATE {jobs.schema}.jobs SET locked_until = now() - interval '1 second' WHERE id = $1",
-        job_id,
-    )
 
 
 async def test_stalled_job_is_reclaimed_and_the_first_workers_completion_is_a_no_op(

@@ -24,7 +24,7 @@ from pgjobs import (
 from pgjobs.completer import write_outcomes
 from pgjobs.config import notify_channel
 from pgjobs.outcomes import Outcome
-from tests.helpers import eventually
+from tests.helpers import eventually, expire_lease
 
 
 class Item(pydantic.BaseModel):
@@ -381,10 +381,7 @@ async def test_an_outcome_for_a_lapsed_claim_locks_nothing(jobs: JobQueue, kinds
     the write changes nothing and holds no lock on that row (a trimmer may be deleting it)."""
     job = await jobs.enqueue("x", {"n": 1}, max_attempts=2)
     stale = (await jobs.db.fetch("claim", ["default"], ["x"], 1, 30.0, 0))[0]
-    await jobs.db.pool.execute(
-        f"UPDATE {jobs.schema}.jobs SET locked_until = now() - interval '1 second' WHERE id = $1",
-        job.id,
-    )
+    await expire_lease(jobs, job.id)
     assert len(await jobs.db.fetch("rescue_stalled", 10, notify_channel(jobs.schema))) == 1
     await jobs.worker().run(until_drained=True)
     async with jobs.db.pool.acquire() as conn, conn.transaction():

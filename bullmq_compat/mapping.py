@@ -10,7 +10,17 @@ import json
 import math
 from typing import Any
 
-from pgjobs import Backoff, EdgePolicy, InvalidOption, JobRow, Keep, Status, SubState
+from pgjobs import (
+    Backoff,
+    EdgePolicy,
+    InvalidOption,
+    JobRow,
+    Keep,
+    Registry,
+    Status,
+    SubState,
+    validate_text,
+)
 
 MAX_BULLMQ_PRIORITY = 2_097_151  # 2**21 - 1, as Node validates (the Python docstring says 2**21)
 NO_PRIORITY = 10  # engine priority of a job without one: ahead of every prioritized job
@@ -22,21 +32,21 @@ MAX_QUEUE_BYTES = 128
 
 
 def _text(option: str, value: Any, max_bytes: int = MAX_ID_BYTES) -> str:
-    """A BullMQ string option (jobId, deduplication id, names) the engine can index."""
-    text = value if isinstance(value, str) else str(value)
-    if not text:
-        raise InvalidOption(option, "must not be empty")
-    if "\x00" in text:
-        raise InvalidOption(option, "must not contain a NUL character")
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise InvalidOption(
-            option, "must be valid Unicode (it holds an unpaired surrogate)"
-        ) from None
-    if size > max_bytes:
-        raise InvalidOption(option, f"must be at most {max_bytes} bytes of UTF-8, got {size}")
+    """A BullMQ string option (jobId, deduplication id, names) the engine can index; BullMQ
+    stringifies what it is given."""
+    text = validate_text(
+        option, value if isinstance(value, str) else str(value), max_bytes=max_bytes
+    )
+    assert text is not None
     return text
+
+
+def facade_registry() -> Registry:
+    """An engine Registry that knows the facade's job kind: what code writing facade jobs
+    through the engine (an import, a transactional enqueue of your own) hands to JobQueue."""
+    registry = Registry()
+    registry.declare(KIND, input=Any)
+    return registry
 
 
 def engine_queue(prefix: str, name: str) -> str:

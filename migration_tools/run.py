@@ -14,16 +14,13 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, TextIO
 
-from bullmq_compat import Queue
-from bullmq_compat.queue import facade_registry
+from bullmq_compat import Queue, facade_registry
 from migration_tools import snapshot as snap
 from migration_tools.layout import LegacyLayout, split_job_key
 from migration_tools.ledger import Ledger
 from migration_tools.progress import Progress
 from migration_tools.transform import Plan, Skip, Transformer, Unit, checksum
-from pgjobs import JobQueue
-from pgjobs.config import validate_schema
-from pgjobs.errors import InvalidOption, SchemaMissing
+from pgjobs import InvalidOption, JobQueue, SchemaMissing, validate_schema
 
 
 class ExitCode(IntEnum):

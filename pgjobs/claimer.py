@@ -1,0 +1,153 @@
+"""Claiming: due jobs for a worker's free slots, one statement per look, and when to look again.
+
+The claimer knows nothing of running jobs: the worker (``Slots``) says how many slots are
+free, takes what was claimed, and gives back what it claimed ahead when it pauses. Wake-ups come
+from LISTEN (the worker sets ``wake``) with a slow poll as the safety net.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Protocol
+
+import asyncpg
+
+from pgjobs.executor import TRANSIENT_ERRORS, Database
+from pgjobs.retrying import retry_delay
+
+logger = logging.getLogger("pgjobs.worker")
+
+CLAIM_AHEAD_BELOW_SECONDS = 0.05
+"""A worker claims ahead of its free slots only while its handlers take less than this on
+average: a job claimed ahead waits for a slot, and that wait must stay short."""
+
+
+class Slots(Protocol):
+    """What the claim loop needs of its worker."""
+
+    @property
+    def paused(self) -> bool: ...
+
+    def free(self) -> int:
+        """Slots without a running job."""
+
+    def take(self, rows: list[asyncpg.Record]) -> None:
+        """Claimed rows, best first: start what fits, keep the rest for later."""
+
+    def fill(self) -> None:
+        """Start kept jobs while slots are free."""
+
+    async def give_back_unstarted(self) -> None:
+        """Return the jobs claimed ahead and not started (pending again, in their place)."""
+
+    def running(self) -> bool:
+        """A handler of this worker is running."""
+
+    def working(self) -> bool:
+        """A job of this worker (handler, outcome write or listener) is still in flight."""
+
+
+@dataclass(frozen=True, slots=True)
+class IdleState:
+    """After a claim that filled fewer slots than it could."""
+
+    until_due: float | None
+    """Seconds (by the database's clock) until a claim may find something; None: nothing."""
+    capped: bool
+    """A due queue is at its concurrency cap: only a finish (which notifies) frees it."""
+    busy: bool
+    """A job of these queues and kinds is running or pending with its prerequisites met."""
+
+
+class Claimer:
+    """Claims for one worker's ``queues`` and ``kinds`` with a lease of ``lease`` seconds."""
+
+    def __init__(
+        self,
+        db: Database,
+        queues: list[str],
+        kinds: list[str],
+        *,
+        lease: float,
+        claim_ahead: int,
+        poll_interval: float,
+    ) -> None:
+        self._db = db
+        self.queues = queues
+        self.kinds = kinds
+        self.lease = lease
+        self.claim_ahead = claim_ahead
+        self.poll_interval = poll_interval
+        self.handler_seconds: float | None = None
+        """Moving average of handler run times (None until one has run)."""
+        self.wake = asyncio.Event()
+
+    def record_run(self, seconds: float) -> None:
+        average = self.handler_seconds
+        self.handler_seconds = seconds if average is None else 0.9 * average + 0.1 * seconds
+
+    def ahead_wanted(self) -> int:
+        """How many jobs to claim beyond the free slots: none until handlers are known short."""
+        average = self.handler_seconds
+        if average is None or average >= CLAIM_AHEAD_BELOW_SECONDS:
+            return 0
+        return self.claim_ahead
+
+    async def claim(self, free: int) -> list[asyncpg.Record]:
+        """Up to ``free`` jobs plus those claimed ahead, best first (priority, due time, id)."""
+        rows = await self._db.fetch(
+            "claim", self.queues, self.kinds, free, self.lease, self.ahead_wanted()
+        )
+        return sorted(rows, key=lambda r: (-r["priority"], r["run_at"], r["id"]))
+
+    async def idle_state(self) -> IdleState:
+        row = await self._db.fetchrow("idle_state", self.queues, self.kinds)
+        assert row is not None
+        return IdleState(row["until_due"], bool(row["capped"]), bool(row["busy"]))
+
+    async def run(self, slots: Slots, stopping: asyncio.Event, *, until_drained: bool) -> None:
+        """Claim whenever slots are free and work may be due, until ``stopping`` (or, with
+        ``until_drained``, until nothing of these queues is running or claimable)."""
+        failures = 0
+        while not stopping.is_set():
+            self.wake.clear()
+            if slots.paused:
+                await slots.give_back_unstarted()
+                await self.wake.wait()
+                continue
+            slots.fill()
+            free = slots.free()
+            if free <= 0:  # every slot busy; a claim comes only once the buffer is empty
+                await self.wake.wait()
+                continue
+            try:
+                rows = await self.claim(free)
+                sleep = self.poll_interval
+                if len(rows) < free:
+                    idle = await self.idle_state()
+                    if until_drained and not idle.busy and not rows and not slots.working():
+                        return
+                    if idle.until_due is not None and (idle.until_due > 0 or not idle.capped):
+                        # Due jobs we could not take (another worker won them) are worth an
+                        # immediate retry; a queue at its cap is not: we wait to be woken.
+                        sleep = min(sleep, max(idle.until_due, 0.0))
+                failures = 0
+            except TRANSIENT_ERRORS as exc:
+                failures += 1
+                sleep = retry_delay(failures)
+                logger.warning("claim failed (%s); retrying in %.1fs", exc, sleep)
+                rows = []
+            except Exception:  # never let the worker die silently: log it and back off
+                failures += 1
+                sleep = retry_delay(failures)
+                logger.exception("claim failed unexpectedly; retrying in %.1fs", sleep)
+                rows = []
+            slots.take(rows)
+            if len(rows) >= free:
+                continue
+            if slots.running() or sleep > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), timeout=sleep if sleep > 0 else None)
