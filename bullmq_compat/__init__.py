@@ -8,14 +8,17 @@ write facade jobs through the engine (the Redis migration): ``KIND`` (the facade
 queue)``, ``edge_policy(child_opts)``, ``json_data(data)`` and ``scheduler_arguments(...)``.
 """
 
-from bullmq_compat.errors import (
+from bullmq_compat.abort_controller import AbortController, AbortError, AbortSignal
+from bullmq_compat.custom_errors import (
     DelayedError,
     RateLimitError,
     UnrecoverableError,
     WaitingChildrenError,
 )
-from bullmq_compat.flow_producer import FlowProducer
+from bullmq_compat.flow_producer import FlowProducer, ParentJobNotExist
 from bullmq_compat.job import Job
+from bullmq_compat.job_scheduler import JobScheduler, default_repeat_strategy
+from bullmq_compat.job_scheduler import upsert_arguments as scheduler_arguments
 from bullmq_compat.mapping import (
     KIND,
     edge_policy,
@@ -26,15 +29,19 @@ from bullmq_compat.mapping import (
 )
 from bullmq_compat.queue import MetricsTime, Queue
 from bullmq_compat.queue_events import QueueEvents, QueueEventsProducer
-from bullmq_compat.schedulers import upsert_arguments as scheduler_arguments
 from bullmq_compat.worker import Worker
 
 __all__ = [
     "KIND",
+    "AbortController",
+    "AbortError",
+    "AbortSignal",
     "DelayedError",
     "FlowProducer",
     "Job",
+    "JobScheduler",
     "MetricsTime",
+    "ParentJobNotExist",
     "Queue",
     "QueueEvents",
     "QueueEventsProducer",
@@ -42,6 +49,7 @@ __all__ = [
     "UnrecoverableError",
     "WaitingChildrenError",
     "Worker",
+    "default_repeat_strategy",
     "edge_policy",
     "engine_queue",
     "enqueue_options",

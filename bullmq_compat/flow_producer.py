@@ -1,13 +1,13 @@
 """FlowProducer: a BullMQ job tree becomes one pgjobs flow, written in one transaction. Each
 child is a prerequisite of its parent (across queues); the child's failure options choose the
-edge policy."""
+edge policy. A root with ``opts.parent`` joins an existing parent job."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pgjobs
-from bullmq_compat.connection import Connection
+from bullmq_compat.connection import EngineConnection
 from bullmq_compat.job import Job
 from bullmq_compat.mapping import (
     FAILURE_OPTIONS,
@@ -20,42 +20,98 @@ from bullmq_compat.mapping import (
 from bullmq_compat.queue import Queue
 from pgjobs import InvalidOption
 
+PARENT_JOB_NOT_EXIST = -5
+"""BullMQ's ErrorCode.ParentJobNotExist, carried by the error as ``code``."""
+
+
+class ParentJobNotExist(Exception):
+    """A flow's root names a parent job that does not exist; nothing was written."""
+
+    code = PARENT_JOB_NOT_EXIST
+
+    def __init__(self, parent_key: str) -> None:
+        super().__init__(f"Missing key for parent job {parent_key}. addFlow")
+        self.parent_key = parent_key
+
 
 class FlowProducer:
-    """``FlowProducer(opts)``; ``add(tree)`` and ``addBulk([tree, ...])`` return the tree of
-    ``{"job": Job, "children": [...]}``. Without a failure option a failed child leaves its
-    parent waiting (BullMQ's default) until the child is retried or removed."""
+    """``FlowProducer(opts)`` (or ``FlowProducer(redisOpts, opts)``); ``add(tree)`` and
+    ``addBulk([tree, ...])`` return the tree of ``{"job": Job, "children": [...]}``. Without a
+    failure option a failed child leaves its parent waiting (BullMQ's default) until the child
+    is retried or removed. After ``close()``, adds are no-ops that return None."""
 
     def __init__(
         self, redisOpts: dict[str, Any] | None = None, opts: dict[str, Any] | None = None
     ) -> None:
         self.opts = {**(redisOpts or {}), **(opts or {})}
         self.prefix = self.opts.get("prefix", "bull")
-        self._connection = Connection(self.opts)
+        self.connection = EngineConnection(self.opts)
         self._registry = facade_registry()
         self._queues: dict[str, Queue] = {}
+        self.closing = False
 
     def _queue(self, name: str) -> Queue:
         if name not in self._queues:
-            self._queues[name] = Queue(name, self.opts, _connection=self._connection)
+            self._queues[name] = Queue(name, self.opts, connection=self.connection)
         return self._queues[name]
 
-    async def add(self, flow: dict[str, Any], opts: dict[str, Any] | None = None) -> dict[str, Any]:
-        return (await self.addBulk([flow], opts))[0]
+    async def add(
+        self, flow: dict[str, Any], opts: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        """Write the tree, or raise (``ParentJobNotExist``, code -5, when its root's
+        ``opts.parent`` names no job) with nothing written."""
+        trees = await self._add([flow], opts, lenient=False)
+        return None if trees is None else trees[0]
 
     async def addBulk(
         self, flows: list[dict[str, Any]], opts: dict[str, Any] | None = None
-    ) -> list[dict[str, Any]]:
-        jobs = await self._connection.open(self._registry)
+    ) -> list[dict[str, Any]] | None:
+        """Write every tree in one transaction; a tree whose root names a missing parent is
+        left out (its result has no id), as BullMQ's lenient bulk add does."""
+        return await self._add(flows, opts, lenient=True)
+
+    async def _add(
+        self, flows: list[dict[str, Any]], opts: dict[str, Any] | None, *, lenient: bool
+    ) -> list[dict[str, Any]] | None:
+        if self.closing:
+            return None
+        jobs = await self.connection.open(self._registry)
+        queues_options = (opts or {}).get("queuesOptions", {})
         results = []
         async with jobs.transaction() as conn:  # every tree, or none
             for tree in flows:
                 graph = pgjobs.Flow(tree.get("name"))
-                nodes: list[tuple[str, dict[str, Any]]] = []
-                self._build(graph, tree, "root", None, nodes, (opts or {}).get("queuesOptions", {}))
+                self._build(graph, tree, "root", None, queues_options)
+                parent = await self._parent_of(jobs, tree)
+                if parent is False:
+                    if not lenient:
+                        raise ParentJobNotExist(self._parent_key(tree))
+                    results.append(self._result(tree, "root", {}))
+                    continue
                 submitted = await jobs.submit_flow(graph, connection=conn)
+                if parent is not None:
+                    policy = edge_policy(tree.get("opts") or {})
+                    await jobs.add_dependency(
+                        submitted.job_ids["root"], parent, policy=policy, connection=conn
+                    )
                 results.append(self._result(tree, "root", submitted.job_ids))
         return results
+
+    @staticmethod
+    def _parent_key(tree: dict[str, Any]) -> str:
+        parent = (tree.get("opts") or {}).get("parent") or {}
+        return f"{parent.get('queue')}:{parent.get('id')}"
+
+    async def _parent_of(self, jobs: pgjobs.JobQueue, tree: dict[str, Any]) -> int | bool | None:
+        """The engine id of the root's ``opts.parent``; None without one; False if missing."""
+        parent = (tree.get("opts") or {}).get("parent")
+        if not parent:
+            return None
+        if not isinstance(parent, dict) or "id" not in parent or "queue" not in parent:
+            raise InvalidOption("parent", f"must be {{id, queue}}, got {parent!r}")
+        name = str(parent["queue"]).rsplit(":", 1)[-1]
+        found = await self._queue(name).engine_id_of(jobs, str(parent["queue"]), str(parent["id"]))
+        return False if found is None else found
 
     def _build(
         self,
@@ -63,7 +119,6 @@ class FlowProducer:
         node: dict[str, Any],
         handle: str,
         parent: str | None,
-        nodes: list[tuple[str, dict[str, Any]]],
         queues_options: dict[str, Any],
     ) -> None:
         queue_name = node.get("queueName")
@@ -73,19 +128,21 @@ class FlowProducer:
             )
         defaults = (queues_options.get(queue_name) or {}).get("defaultJobOptions", {})
         opts = {**defaults, **(node.get("opts") or {})}
-        job_opts = {k: v for k, v in opts.items() if k not in FAILURE_OPTIONS}
+        job_opts = {k: v for k, v in opts.items() if k not in FAILURE_OPTIONS and k != "parent"}
         options = enqueue_options(node.get("name", ""), job_opts, self.prefix, queue_name)
         graph.add(handle, KIND, json_data(node.get("data")), **options)
-        nodes.append((handle, node))
         if parent is not None:
             graph.edge(handle, parent, edge_policy(opts))
         for index, child in enumerate(node.get("children") or []):
-            self._build(graph, child, f"{handle}.{index}", handle, nodes, queues_options)
+            self._build(graph, child, f"{handle}.{index}", handle, queues_options)
 
     def _result(self, node: dict[str, Any], handle: str, ids: dict[str, int]) -> dict[str, Any]:
         queue = self._queue(node["queueName"])
         opts = node.get("opts") or {}
-        job = queue._added(node.get("name", ""), node.get("data"), opts, ids[handle])
+        if handle in ids:
+            job = queue.added(node.get("name", ""), node.get("data"), opts, ids[handle])
+        else:
+            job = Job(queue, node.get("name", ""), node.get("data"), opts)
         children = [
             self._result(child, f"{handle}.{i}", ids)
             for i, child in enumerate(node.get("children") or [])
@@ -96,7 +153,9 @@ class FlowProducer:
         return result
 
     async def close(self) -> None:
-        await self._connection.close()
+        """Idempotent; adds after it return None."""
+        self.closing = True
+        await self.connection.close()
 
 
-__all__ = ["FlowProducer", "Job"]
+__all__ = ["FlowProducer", "Job", "ParentJobNotExist"]

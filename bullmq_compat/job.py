@@ -1,12 +1,19 @@
-"""Job: BullMQ's view of one engine job, its reads and its writes."""
+"""Job: BullMQ's view of one engine job, its reads and its writes.
+
+A Job the worker hands to a processor, or that ``Worker.getNextJob`` returns, holds the engine
+context of its claim: its writes (progress, logs, moving it on) are fenced by that claim. A Job
+read from a Queue writes as an operator would, unfenced.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import time
 import traceback
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from bullmq_compat.custom_errors import UnrecoverableError
 from bullmq_compat.mapping import (
     attempts_made,
     json_data,
@@ -14,11 +21,12 @@ from bullmq_compat.mapping import (
     to_bullmq_priority,
     to_engine_priority,
 )
-from pgjobs import JobContext, JobFilter, JobRow, Status
+from pgjobs import Delayed, Fatal, JobContext, JobFilter, JobRow, Retry, Status
 
 if TYPE_CHECKING:
     from bullmq_compat.queue import Queue
     from bullmq_compat.queue_events import QueueEvents
+    from bullmq_compat.worker import Worker
 
 
 def _ms(value: datetime | None) -> int | None:
@@ -30,8 +38,13 @@ def job_id_of(row_id: int, job_key: str | None) -> str:
     return job_key if job_key is not None else str(row_id)
 
 
+def _stacktrace(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc))
+
+
 class Job:
-    """A BullMQ job. Built by ``Queue.add``, ``Queue.getJob`` and the worker."""
+    """A BullMQ job. Built by ``Queue.add``, ``Queue.getJob``, the worker, and
+    ``Worker.getNextJob``."""
 
     def __init__(
         self,
@@ -41,29 +54,45 @@ class Job:
         opts: dict[str, Any] | None = None,
         job_id: str | None = None,
     ) -> None:
+        opts = dict(opts or {})
         self.queue = queue
         self.name = name
         self.data = data
-        self.opts: dict[str, Any] = {"attempts": 0, "delay": 0, **(opts or {})}
-        self.id = job_id
+        self.id = opts.get("jobId") or job_id
+        self.opts: dict[str, Any] = {"attempts": 0, "delay": 0, **opts}
         self.progress: Any = 0
-        self.timestamp: int | None = None
-        self.delay: int = self.opts.get("delay") or 0
-        self.priority: int = self.opts.get("priority") or 0
-        self.attempts: int = self.opts.get("attempts") or 1
+        self.timestamp: int = opts.get("timestamp") or int(time.time() * 1000)
+        self.delay: int = opts.get("delay") or 0
+        self.priority: int = opts.get("priority") or 0
+        self.attempts: int = opts.get("attempts") or 1
         self.attemptsMade = 0
         self.attemptsStarted = 0
+        self.stalledCounter = 0
         self.processedOn: int | None = None
         self.finishedOn: int | None = None
         self.returnvalue: Any = None
         self.failedReason: str | None = None
         self.stacktrace: list[str] = []
         self.token: str | None = None
-        self._engine_id: int | None = None
-        self._ctx: JobContext | None = None
+        self.repeatJobKey: str | None = opts.get("repeatJobKey")
+        parent = opts.get("parent")
+        self.parent = {"id": parent.get("id"), "queueKey": parent.get("queue")} if parent else None
+        self.parentKey = f"{parent['queue']}:{parent['id']}" if parent else None
+        self.queueQualifiedName = queue.qualifiedName
+        self.engine_id: int | None = None
+        """The pgjobs id of this job: the bridge to the native API (``JobQueue.get``,
+        ``flow_view``, ...) for what BullMQ cannot do."""
+        self.context: JobContext | None = None
+        """The engine context of the claim running this job (None for a job read from a
+        Queue): the writes of the processor go through it, fenced by the claim."""
+        self.error: BaseException | None = None
+        """The exception of the attempt that failed last (for the worker's ``failed`` event)."""
+        self.worker: Worker | None = None
+        """The worker that took this job; ``manual`` when it was taken by ``getNextJob``, so
+        that moving it on is the caller's business, not a processor's."""
+        self.manual = False
         self._pending_logs: list[asyncio.Future[Any]] = []
         self._delay_until_ms: float | None = None
-        self._error: BaseException | None = None
 
     # -- construction ----------------------------------------------------------------------
 
@@ -71,17 +100,18 @@ class Job:
     def from_row(cls, queue: Queue, row: JobRow) -> Job:
         opts = (row.metadata or {}).get("opts", {}) if isinstance(row.metadata, dict) else {}
         job = cls(queue, row.name, row.payload, opts, job_id_of(row.id, row.job_key))
-        job._engine_id = row.id
+        job.engine_id = row.id
         job.priority = to_bullmq_priority(row.priority)
         job.progress = row.progress if row.progress is not None else 0
-        job.timestamp = _ms(row.created_at)
+        job.timestamp = _ms(row.created_at) or job.timestamp
         job.attemptsMade = attempts_made(row)
         job.attemptsStarted = row.attempts
+        job.stalledCounter = row.stalls
         job.attempts = row.max_attempts
         job.processedOn = _ms(row.started_at)
         job.finishedOn = _ms(row.finished_at)
         job.returnvalue = row.output if row.status is Status.COMPLETED else None
-        if row.last_error:
+        if row.last_error and row.status is not Status.COMPLETED:
             job.failedReason = row.last_error.get("message")
             if row.last_error.get("traceback"):
                 job.stacktrace = [row.last_error["traceback"]]
@@ -91,21 +121,16 @@ class Job:
     def from_context(cls, queue: Queue, ctx: JobContext, data: Any) -> Job:
         opts = (ctx.metadata or {}).get("opts", {}) if isinstance(ctx.metadata, dict) else {}
         job = cls(queue, ctx.name, data, opts, job_id_of(ctx.id, ctx.job_key))
-        job._engine_id = ctx.id
-        job._ctx = ctx
+        job.engine_id = ctx.id
+        job.context = ctx
         job.priority = to_bullmq_priority(ctx.priority)
         job.attempts = ctx.max_attempts
         job.attemptsMade = ctx.attempts - 1
         job.attemptsStarted = ctx.attempts
-        job.timestamp = _ms(ctx.created_at)
+        job.timestamp = _ms(ctx.created_at) or job.timestamp
+        job.processedOn = int(time.time() * 1000)
         job.token = str(ctx.lock_token)
         return job
-
-    @property
-    def engine_id(self) -> int | None:
-        """The pgjobs id of this job: the bridge to the native API (``JobQueue.get``,
-        ``flow_view``, ...) for what BullMQ cannot do."""
-        return self._engine_id
 
     @classmethod
     async def fromId(cls, queue: Queue, job_id: str) -> Job | None:
@@ -114,10 +139,9 @@ class Job:
     # -- reads -----------------------------------------------------------------------------
 
     async def _row(self) -> JobRow | None:
-        jobs = await self.queue._engine()
-        if self._engine_id is None:
+        if self.engine_id is None:
             return None
-        return await jobs.get(self._engine_id)
+        return await (await self.queue.engine()).get(self.engine_id)
 
     async def getState(self) -> str:
         row = await self._row()
@@ -182,17 +206,22 @@ class Job:
     # -- writes ----------------------------------------------------------------------------
 
     async def updateProgress(self, progress: Any) -> None:
-        if self._ctx is None:
-            raise NotImplementedError(
-                "updateProgress outside the job's processor is not supported yet"
-            )
-        await self._ctx.progress(progress)
+        """Store ``progress`` (a number or any JSON). Inside the processor the write is fenced
+        by the job's claim (a worker that lost the job writes nothing)."""
+        stored = json_data(progress, "progress")
+        if self.context is not None:
+            await self.context.progress(stored)
+        else:
+            jobs = await self.queue.engine()
+            if self.engine_id is None or not await jobs.update_progress(self.engine_id, stored):
+                raise TypeError(f"Missing key for job {self.id}. updateProgress")
         self.progress = progress
 
-    def log(self, row: str) -> asyncio.Future[Any]:
-        """Append a log line. Takes effect even when not awaited (ported JavaScript often does
-        not await it): the write is scheduled at once, after the job's earlier lines, and the
-        worker waits for it before the job's outcome is written."""
+    def log(self, row: str) -> asyncio.Future[int]:
+        """Append a log line; resolves to the number of lines the job's log holds. Takes effect
+        even when not awaited (ported JavaScript often does not await it): the write is
+        scheduled at once, after the job's earlier lines, and the worker waits for it before
+        the job's outcome is written."""
         previous = self._pending_logs[-1] if self._pending_logs else None
         future = asyncio.ensure_future(self._log(str(row), previous))
         self._pending_logs.append(future)
@@ -202,45 +231,57 @@ class Job:
         if previous is not None:  # lines land in the order they were logged
             await asyncio.gather(previous, return_exceptions=True)
         keep = self.opts.get("keepLogs")
-        if self._ctx is not None:
-            await self._ctx.log(row)
-        else:
-            jobs = await self.queue._engine()
-            assert self._engine_id is not None
-            await jobs.append_log(self._engine_id, row, keep_last=keep)
-        return 1
+        if self.context is not None:
+            return await self.context.log(row)
+        jobs = await self.queue.engine()
+        if self.engine_id is None:
+            return 0
+        return await jobs.append_log(self.engine_id, row, keep_last=keep)
 
-    async def _flush_logs(self) -> None:
+    async def flush_logs(self) -> None:
+        """Wait for every log line scheduled so far."""
         while self._pending_logs:
             pending, self._pending_logs = self._pending_logs, []
             await asyncio.gather(*pending, return_exceptions=True)
 
     async def updateData(self, data: Any) -> None:
         stored = json_data(data)
-        jobs = await self.queue._engine()
-        if self._engine_id is None or not await jobs.update_payload(self._engine_id, stored):
+        jobs = await self.queue.engine()
+        if self.engine_id is None or not await jobs.update_payload(self.engine_id, stored):
             raise TypeError(f"Missing key for job {self.id}. updateData")
         self.data = data
 
     async def remove(self, opts: dict[str, Any] | None = None) -> None:
-        jobs = await self.queue._engine()
-        assert self._engine_id is not None
-        result = await jobs.purge(JobFilter(ids=(self._engine_id,)), running="skip")
+        jobs = await self.queue.engine()
+        assert self.engine_id is not None
+        result = await jobs.purge(JobFilter(ids=(self.engine_id,)), running="skip")
         if result.skipped_running:
             raise RuntimeError(
                 f"Job {self.id} could not be removed because it is locked by another worker"
             )
 
     async def retry(self, state: str = "failed", opts: dict[str, Any] | None = None) -> None:
+        """Move a failed (or completed) job back to waiting. Its attempts go on counting
+        (``attemptsMade`` grows with its next run) unless ``opts`` asks to reset them
+        (``resetAttemptsMade``, ``resetAttemptsStarted``)."""
+        opts = opts or {}
         row = await self._row()
         if row is None or state_of(row) != state:
             raise RuntimeError(f"Job {self.id} is not in the {state} state")
-        jobs = await self.queue._engine()
-        await jobs.requeue(row.id)
+        reset = bool(opts.get("resetAttemptsMade") or opts.get("resetAttemptsStarted"))
+        await (await self.queue.engine()).requeue(row.id, reset_attempts=reset)
+        self.failedReason = None
+        self.finishedOn = None
+        self.processedOn = None
+        self.returnvalue = None
+        if opts.get("resetAttemptsMade"):
+            self.attemptsMade = 0
+        if opts.get("resetAttemptsStarted"):
+            self.attemptsStarted = 0
 
     async def promote(self) -> None:
-        jobs = await self.queue._engine()
-        if self._engine_id is None or not await jobs.promote(self._engine_id):
+        jobs = await self.queue.engine()
+        if self.engine_id is None or not await jobs.promote(self.engine_id):
             raise RuntimeError(f"Job {self.id} is not in the delayed state. promote")
         self.delay = 0
 
@@ -248,16 +289,96 @@ class Job:
         if opts.get("lifo"):
             raise NotImplementedError("lifo is not supported yet by the pgjobs facade")
         priority = opts.get("priority", 0)
-        jobs = await self.queue._engine()
-        assert self._engine_id is not None
-        await jobs.change_priority(self._engine_id, to_engine_priority(priority))
+        jobs = await self.queue.engine()
+        assert self.engine_id is not None
+        await jobs.change_priority(self.engine_id, to_engine_priority(priority))
         self.priority = priority
 
+    # -- moving a job on, from its processor or after Worker.getNextJob ---------------------
+
+    def _claim(self, token: str | None, action: str) -> JobContext:
+        if self.context is None:
+            raise RuntimeError(f"{action} needs a job taken by a worker (or Worker.getNextJob)")
+        if token is not None and self.token is not None and token != self.token:
+            raise RuntimeError(f"Missing lock for job {self.id}. {action}")
+        return self.context
+
+    async def moveToCompleted(
+        self, returnValue: Any, token: str | None = None, fetchNext: bool = False
+    ) -> Any:
+        """Complete the job with ``returnValue``; with ``fetchNext``, take the next job for the
+        same token and return BullMQ's ``[jobData, jobId, limitUntil, delayUntil]``."""
+        ctx = self._claim(token, "moveToCompleted")
+        stored = json_data(returnValue, "returnvalue")
+        await self.flush_logs()
+        if not await ctx.complete(stored):
+            raise RuntimeError(f"Missing lock for job {self.id}. moveToCompleted")
+        self.returnvalue = returnValue
+        self.finishedOn = int(time.time() * 1000)
+        self.attemptsMade += 1
+        return await self._fetch_next() if fetchNext else None
+
+    async def _fetch_next(self) -> Any:
+        if self.worker is None or self.token is None:
+            return None
+        return await self.worker.next_job_data(self.token)
+
+    async def moveToFailed(
+        self, err: BaseException, token: str | None = None, fetchNext: bool = False
+    ) -> Any:
+        """Fail this attempt with ``err``: retried after its backoff while attempts remain
+        (an ``UnrecoverableError`` fails it at once), failed otherwise. With ``fetchNext``,
+        take the next job for the same token and return its raw data (see moveToCompleted)."""
+        ctx = self._claim(token, "moveToFailed")
+        self.record_failure(err)
+        await self.flush_logs()
+        status = await ctx.fail(self.engine_failure(err))
+        if status is None:
+            raise RuntimeError(f"Missing lock for job {self.id}. moveToFailed")
+        self.attemptsMade += 1
+        if status == "dead":
+            self.finishedOn = int(time.time() * 1000)
+        return await self._fetch_next() if fetchNext else None
+
+    def engine_failure(self, err: BaseException) -> BaseException:
+        """The engine signal for a failed attempt: Fatal for ``UnrecoverableError``, a Retry
+        at the delay of a custom backoff strategy, else the error itself (the engine applies
+        the job's fixed or exponential backoff)."""
+        if isinstance(err, UnrecoverableError):
+            return Fatal(str(err))
+        backoff = self.opts.get("backoff")
+        kind = backoff.get("type") if isinstance(backoff, dict) else None
+        if kind not in (None, "fixed", "exponential"):
+            strategy = (self.queue.opts.get("settings") or {}).get("backoffStrategy")
+            if strategy is None:
+                return Fatal(f"no backoffStrategy in the worker's settings for backoff {kind!r}")
+            delay = strategy(self.attemptsMade + 1, kind, err, self)
+            if delay == -1:
+                return Fatal(str(err))
+            return Retry(max(float(delay or 0), 0.0) / 1000, str(err))
+        return err
+
     async def moveToDelayed(self, timestamp: float, token: str | None = None) -> None:
-        """Inside the processor, then ``raise DelayedError()``: the attempt does not count."""
-        if self._ctx is None:
-            raise RuntimeError("moveToDelayed must be called by the job's processor")
+        """Inside the processor, then ``raise DelayedError()``: the job waits until
+        ``timestamp`` (ms) without using an attempt. For a job taken with getNextJob, the move
+        happens at once."""
+        ctx = self._claim(token, "moveToDelayed")
         self._delay_until_ms = float(timestamp)
+        if not self.manual:
+            return
+        await self.flush_logs()
+        if await ctx.fail(Delayed(max(0.0, timestamp / 1000 - time.time()))) is None:
+            raise RuntimeError(f"Missing lock for job {self.id}. moveToDelayed")
+
+    def deferral(self) -> Delayed:
+        """The engine deferral for a ``DelayedError`` raised after ``moveToDelayed``."""
+        until = self._delay_until_ms
+        return Delayed(max(0.0, ((until or 0) / 1000) - time.time()))
+
+    async def extendLock(self, token: str, duration: int) -> int:
+        """Keep the job ``duration`` ms more; 1 when extended, 0 when the lock is gone."""
+        ctx = self._claim(token, "extendLock")
+        return int(await ctx.extend_lease(duration / 1000))
 
     async def moveToWaitingChildren(
         self, token: str | None = None, opts: dict[str, Any] | None = None
@@ -265,25 +386,23 @@ class Job:
         """Inside the processor: True when children added to this job (``parent`` option) are
         still open; then ``raise WaitingChildrenError()`` and the job runs again once they are
         done, without using an attempt."""
-        if self._ctx is None:
-            raise RuntimeError("moveToWaitingChildren must be called by the job's processor")
-        return await self._ctx.open_prerequisites() > 0
+        ctx = self._claim(token, "moveToWaitingChildren")
+        return await ctx.open_prerequisites() > 0
 
-    @property
-    def queueQualifiedName(self) -> str:
-        return self.queue.qualifiedName
-
-    def _record_failure(self, exc: BaseException) -> None:
-        self._error = exc
+    def record_failure(self, exc: BaseException) -> None:
+        self.error = exc
         self.failedReason = str(exc)
-        self.stacktrace = ["".join(traceback.format_exception(exc))]
+        self.stacktrace = [_stacktrace(exc)]
+
+    # -- flows -----------------------------------------------------------------------------
 
     async def _prerequisites(self) -> list[dict[str, Any]]:
-        if self._ctx is not None:
-            return await self._ctx.prerequisites()
-        jobs = await self.queue._engine()
-        assert self._engine_id is not None
-        return await jobs.prerequisite_results(self._engine_id)
+        if self.context is not None:
+            return await self.context.prerequisites()
+        jobs = await self.queue.engine()
+        if self.engine_id is None:
+            return []
+        return await jobs.prerequisite_results(self.engine_id)
 
     async def getChildrenValues(self) -> dict[str, Any]:
         """Return values of the completed children, keyed ``<prefix>:<queue>:<id>``."""
@@ -323,6 +442,7 @@ class Job:
             "delay": self.delay,
             "priority": self.priority,
             "attemptsMade": self.attemptsMade,
+            "attemptsStarted": self.attemptsStarted,
             "processedOn": self.processedOn,
             "finishedOn": self.finishedOn,
             "returnvalue": self.returnvalue,

@@ -53,8 +53,8 @@ def engine_queue(prefix: str, name: str) -> str:
     """The engine queue of BullMQ queue ``name`` under ``prefix``: ``<prefix>:<name>``, the
     qualifiedName. A name cannot contain ':' (BullMQ for Node refuses it too), so the mapping is
     one to one and queues with different prefixes never see each other's jobs."""
-    if not isinstance(name, str) or not name:
-        raise InvalidOption("name", "Queue name must be provided")
+    if not isinstance(name, str):
+        raise InvalidOption("name", f"must be a string, got {type(name).__name__}")
     if ":" in name:
         raise InvalidOption("name", f"Queue name cannot contain : (got {name!r})")
     if not isinstance(prefix, str) or not prefix:
@@ -143,15 +143,15 @@ def _backoff(value: Any) -> Backoff | None:
         return Backoff.fixed(_milliseconds("backoff", value) / 1000)
     if isinstance(value, dict):
         kind = value.get("type", "fixed")
+        if not isinstance(kind, str) or not kind:
+            raise InvalidOption("backoff.type", f"must be a strategy name, got {kind!r}")
         if kind not in ("fixed", "exponential"):
-            raise InvalidOption(
-                "backoff.type", f"custom backoff strategies are not supported, got {kind!r}"
-            )
+            return None  # custom: the worker's settings.backoffStrategy decides each delay
         delay = _milliseconds("backoff.delay", value.get("delay", 0)) / 1000
         jitter = value.get("jitter", 0)
         if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter <= 1:
             raise InvalidOption("backoff.jitter", f"must be between 0 and 1, got {jitter!r}")
-        return Backoff(kind, delay, None, float(jitter))
+        return Backoff("fixed" if kind == "fixed" else "exponential", delay, None, float(jitter))
     raise InvalidOption("backoff", f"must be milliseconds or {{type, delay}}, got {value!r}")
 
 

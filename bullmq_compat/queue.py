@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pgjobs
-from bullmq_compat import schedulers
-from bullmq_compat.connection import Connection
+from bullmq_compat import job_scheduler as schedulers
+from bullmq_compat.connection import EngineConnection
 from bullmq_compat.job import Job, job_id_of
 from bullmq_compat.mapping import (
     KIND,
@@ -21,7 +21,6 @@ from bullmq_compat.mapping import (
     enqueue_options,
     facade_registry,
     json_data,
-    state_of,
     to_engine_priority,
 )
 from pgjobs import JobFilter, JobRow, JobSpec, SubState
@@ -49,7 +48,8 @@ DEFAULT_COUNT_TYPES = (
     "waiting",
     "waiting-children",
 )
-# BullMQ state -> the sub-states it is made of ("waiting" and "prioritized" split ready by priority)
+# BullMQ state -> the sub-states it is made of ("waiting" and "prioritized" split ready by
+# priority: see _STATE_FILTERS)
 _SUB_STATES: dict[str, tuple[SubState, ...]] = {
     "waiting": (SubState.READY,),
     "wait": (SubState.READY,),
@@ -62,6 +62,18 @@ _SUB_STATES: dict[str, tuple[SubState, ...]] = {
     "waiting-children": (SubState.WAITING_CHILDREN,),
 }
 
+
+# BullMQ state -> (engine filter fields, the order BullMQ lists it in; asc=True is that order)
+_STATE_FILTERS: dict[str, tuple[dict[str, Any], pgjobs.JobOrder]] = {
+    "waiting": ({"sub_state": (SubState.READY,), "priority": NO_PRIORITY}, "claim"),
+    "prioritized": ({"sub_state": (SubState.READY,), "max_priority": NO_PRIORITY - 1}, "claim"),
+    "delayed": ({"sub_state": (SubState.DELAYED, SubState.RETRY)}, "due"),
+    "active": ({"sub_state": (SubState.ACTIVE,)}, "started"),
+    "completed": ({"sub_state": (SubState.COMPLETED,)}, "finished"),
+    "failed": ({"sub_state": (SubState.FAILED, SubState.CANCELLED)}, "finished"),
+    "waiting-children": ({"sub_state": (SubState.WAITING_CHILDREN,)}, "created"),
+}
+_ALIASES = {"wait": "waiting", "paused": "waiting"}
 
 logger = logging.getLogger("bullmq_compat")
 
@@ -77,28 +89,38 @@ def vars_of(spec: JobSpec) -> dict[str, Any]:
 
 class Queue:
     """``Queue(name, opts)``: ``opts`` may hold ``connection``, ``prefix`` (default ``bull``),
-    ``schema`` (default ``pgjobs``) and ``defaultJobOptions``."""
+    ``schema`` (default ``pgjobs``) and ``defaultJobOptions``.
+
+    ``connection`` (the constructor keyword, not the option) shares an open EngineConnection
+    (a Worker's or a FlowProducer's own queues); such a queue leaves it open on close."""
 
     def __init__(
         self,
         name: str,
         opts: dict[str, Any] | None = None,
         *,
-        _connection: Connection | None = None,
+        connection: EngineConnection | None = None,
     ) -> None:
         self.name = name
         self.opts = dict(opts or {})
         self.prefix = self.opts.get("prefix", "bull")
         self.jobsOpts: dict[str, Any] = dict(self.opts.get("defaultJobOptions") or {})
         self.qualifiedName = engine_queue(self.prefix, name)
-        self._shared = _connection is not None
-        self._connection = _connection or Connection(self.opts)
+        self._borrowed = connection is not None
+        self.connection = connection or EngineConnection(self.opts)
         self._registry = facade_registry()
         events_opts = ((self.opts.get("streams") or {}).get("events")) or {}
         self._record_events = events_opts.get("maxLen", 10_000) != 0
+        self.closing = False
 
-    async def _engine(self) -> pgjobs.JobQueue:
-        return await self._connection.open(self._registry)
+    async def engine(self) -> pgjobs.JobQueue:
+        """The engine JobQueue under this queue (opened on first use): the bridge to what
+        BullMQ cannot do (transactional adds, flows beyond trees, tracking)."""
+        return await self.connection.open(self._registry)
+
+    @property
+    def jobScheduler(self) -> schedulers.JobScheduler:
+        return schedulers.JobScheduler(self)
 
     def _filter(self, **fields: Any) -> JobFilter:
         return JobFilter(queue=self.qualifiedName, kind=KIND, **fields)
@@ -120,13 +142,13 @@ class Queue:
         be had (nothing reached the server), and after a failure mid-statement only when
         ``idempotent`` (every job has a jobId, so a retry finds what a lost reply created)."""
         if connection is not None:
-            return await (await self._engine()).enqueue_many(specs, connection=connection)
+            return await (await self.engine()).enqueue_many(specs, connection=connection)
         deadline = time.monotonic() + ADD_RETRY_SECONDS
         failures = 0
         while True:
             sent = False
             try:
-                jobs = await self._engine()
+                jobs = await self.engine()
                 async with jobs.pool.acquire() as conn:
                     sent = True
                     return await jobs.enqueue_many(specs, connection=conn)
@@ -153,19 +175,19 @@ class Queue:
         written in it and exists only if that transaction commits."""
         spec, merged = self._spec(name, data, opts)
         if merged.get("parent"):
-            jobs = await self._engine()
+            jobs = await self.engine()
             result = await self._add_child(jobs, spec, merged, connection)
         else:
             idempotent = spec.job_key is not None
             result = (await self._enqueue([spec], connection, idempotent=idempotent))[0]
-            jobs = await self._engine()
+            jobs = await self.engine()
         holder = await self._duplicate(jobs, merged, result)
-        return self._added(name, data, merged, result.id, holder)
+        return self.added(name, data, merged, result.id, holder)
 
     async def addBulk(self, jobs: list[dict[str, Any]], *, connection: Any = None) -> list[Job]:
         """Add many jobs in one statement (all or nothing); ``connection`` as for ``add``."""
         specs = [self._spec(j["name"], j.get("data"), j.get("opts")) for j in jobs]
-        engine = await self._engine()
+        engine = await self.engine()
         if any(merged.get("parent") for _, merged in specs):
             # children of existing parents: one by one, all in one transaction
             if connection is None:
@@ -184,7 +206,7 @@ class Queue:
             for (_, merged), result in zip(specs, results, strict=True)
         ]
         return [
-            self._added(j["name"], j.get("data"), merged, result.id, holder)
+            self.added(j["name"], j.get("data"), merged, result.id, holder)
             for j, (_, merged), result, holder in zip(jobs, specs, results, holders, strict=True)
         ]
 
@@ -197,9 +219,9 @@ class Queue:
                 "parent",
                 f"must be {{id, queue}} (queue: the parent's qualifiedName), got {parent!r}",
             )
-        parent_id = await self._engine_id_of(jobs, str(parent["queue"]), str(parent["id"]))
+        parent_id = await self.engine_id_of(jobs, str(parent["queue"]), str(parent["id"]))
         if parent_id is None:
-            raise RuntimeError(f"Missing key for parent job {parent['queue']}:{parent['id']}")
+            raise TypeError(f"Missing key for parent job {parent['queue']}:{parent['id']}. addJob")
         fields = {k: v for k, v in vars_of(spec).items() if k not in ("kind", "input")}
         return await jobs.add_prerequisite(
             parent_id,
@@ -210,18 +232,24 @@ class Queue:
             **fields,
         )
 
-    async def _engine_id_of(
+    async def engine_id_of(
         self, jobs: pgjobs.JobQueue, qualified_queue: str, job_id: str
     ) -> int | None:
         """The engine id of BullMQ job ``job_id`` in queue ``<prefix>:<name>``."""
-        rows = await jobs.list_jobs(JobFilter(queue=qualified_queue, job_key=job_id), limit=1)
-        if rows:
-            return rows[0].id
+        row = await self._row_of(jobs, qualified_queue, job_id)
+        return None if row is None else row.id
+
+    async def _row_of(
+        self, jobs: pgjobs.JobQueue, qualified_queue: str, job_id: str
+    ) -> JobRow | None:
+        """BullMQ job ``job_id`` of queue ``<prefix>:<name>``: an automatic id is the engine id,
+        a custom one a job key (as is a numeric id a migration brought from Redis)."""
         if job_id.isdigit():
             row = await jobs.get(int(job_id))
             if row is not None and row.queue == qualified_queue and row.job_key is None:
-                return row.id
-        return None
+                return row
+        rows = await jobs.list_jobs(JobFilter(queue=qualified_queue, job_key=job_id), limit=1)
+        return rows[0] if rows else None
 
     async def _duplicate(
         self, jobs: pgjobs.JobQueue, opts: dict[str, Any], result: pgjobs.EnqueueResult
@@ -250,7 +278,7 @@ class Queue:
             )
         return holder
 
-    def _added(
+    def added(
         self,
         name: str,
         data: Any,
@@ -260,16 +288,15 @@ class Queue:
     ) -> Job:
         job_id = holder if holder is not None else opts.get("jobId")
         job = Job(self, name, data, opts, str(job_id) if job_id is not None else str(engine_id))
-        job._engine_id = engine_id
+        job.engine_id = engine_id
         return job
 
     # -- reading ---------------------------------------------------------------------------
 
     async def getJob(self, job_id: str) -> Job | None:
         """The job with this id: a custom ``jobId``, or an automatic (numeric) id."""
-        jobs = await self._engine()
-        engine_id = await self._engine_id_of(jobs, self.qualifiedName, str(job_id))
-        row = None if engine_id is None else await jobs.get(engine_id)
+        jobs = await self.engine()
+        row = await self._row_of(jobs, self.qualifiedName, str(job_id))
         return None if row is None else Job.from_row(self, row)
 
     async def getJobState(self, job_id: str) -> str:
@@ -278,7 +305,7 @@ class Queue:
 
     async def getJobCounts(self, *types: str) -> dict[str, int]:
         """Counts per BullMQ state (the default seven when no type is named)."""
-        jobs = await self._engine()
+        jobs = await self.engine()
         wanted = types or DEFAULT_COUNT_TYPES
         counts = await jobs.substate_counts(self._filter())
         unprioritized = (await jobs.substate_counts(self._filter(priority=NO_PRIORITY)))[
@@ -327,7 +354,7 @@ class Queue:
 
     async def getCountsPerPriority(self, priorities: list[int]) -> dict[str, int]:
         """Waiting (0) and prioritized jobs per BullMQ priority."""
-        jobs = await self._engine()
+        jobs = await self.engine()
         counts: dict[str, int] = {}
         for priority in dict.fromkeys(priorities):
             ready = await jobs.substate_counts(
@@ -338,7 +365,7 @@ class Queue:
 
     async def getDeduplicationJobId(self, deduplication_id: str) -> str | None:
         """The id of the job holding this deduplication id, if any."""
-        jobs = await self._engine()
+        jobs = await self.engine()
         holder = await jobs.dedup_holder(self.qualifiedName, str(deduplication_id))
         if holder is None:
             return None
@@ -347,8 +374,13 @@ class Queue:
 
     async def removeDeduplicationKey(self, deduplication_id: str) -> int:
         """Free the deduplication id now; 1 if it was held, else 0."""
-        jobs = await self._engine()
+        jobs = await self.engine()
         return int(await jobs.release_dedup_key(self.qualifiedName, str(deduplication_id)))
+
+    def sanitizeJobTypes(self, types: Any) -> list[str]:
+        """The job types named, deduplicated; BullMQ's seven when none."""
+        names = [types] if isinstance(types, str) else list(types or [])
+        return list(dict.fromkeys(names)) if names else list(DEFAULT_COUNT_TYPES)
 
     async def getJobs(
         self,
@@ -357,30 +389,41 @@ class Queue:
         end: int = -1,
         asc: bool = False,
     ) -> list[Job]:
-        """Jobs in these states, oldest first with ``asc``, from index ``start`` to ``end``
-        (inclusive; -1 = to the end)."""
-        names = [types] if isinstance(types, str) else list(types or DEFAULT_COUNT_TYPES)
-        sub_states = tuple({s for name in names for s in _SUB_STATES.get(name, ())})
-        if not sub_states:
-            return []
-        jobs = await self._engine()
+        """Jobs in these states, type after type, each in BullMQ's order (waiting and
+        prioritized in the order they will run, delayed by due time, active by start, completed
+        and failed by finish time; ``asc`` first to last, else last first), each from index
+        ``start`` to ``end`` (inclusive; -1 = to its end)."""
+        names = [_ALIASES.get(name, name) for name in self.sanitizeJobTypes(types)]
+        jobs = await self.engine()
         rows: list[JobRow] = []
-        last: int | None = None
-        while True:  # keyset pages: each reads only its own rows however deep it is
-            bound = {} if last is None else ({"after_id": last} if asc else {"before_id": last})
+        for name in dict.fromkeys(names):
+            if name not in _STATE_FILTERS:
+                raise ValueError(f"unknown job state {name!r}")
+            fields, order = _STATE_FILTERS[name]
+            rows.extend(await self._range(jobs, self._filter(**fields), order, start, end, asc))
+        return [Job.from_row(self, row) for row in rows]
+
+    async def _range(
+        self,
+        jobs: pgjobs.JobQueue,
+        where: JobFilter,
+        order: pgjobs.JobOrder,
+        start: int,
+        end: int,
+        asc: bool,
+    ) -> list[JobRow]:
+        rows: list[JobRow] = []
+        offset = max(start, 0)
+        while end < 0 or offset <= end:
+            size = 1000 if end < 0 else min(1000, end - offset + 1)
             page = await jobs.list_jobs(
-                self._filter(sub_state=sub_states, **bound), limit=1000, oldest_first=asc
+                where, limit=size, offset=offset, oldest_first=asc, order=order
             )
-            rows.extend(
-                r
-                for r in page
-                if state_of(r) in names or ("wait" in names and state_of(r) == "waiting")
-            )
-            if len(page) < 1000 or (end >= 0 and len(rows) > end):
+            rows.extend(page)
+            offset += len(page)
+            if len(page) < size:
                 break
-            last = page[-1].id
-        selected = rows[start:] if end < 0 else rows[start : end + 1]
-        return [Job.from_row(self, row) for row in selected]
+        return rows
 
     async def getWaiting(self, start: int = 0, end: int = -1) -> list[Job]:
         return await self.getJobs(["waiting"], start, end, asc=True)
@@ -404,10 +447,10 @@ class Queue:
         self, job_id: str, start: int = 0, end: int = -1, asc: bool = True
     ) -> dict[str, Any]:
         job = await self.getJob(job_id)
-        if job is None or job._engine_id is None:
+        if job is None or job.engine_id is None:
             return {"logs": [], "count": 0}
-        jobs = await self._engine()
-        page = await jobs.read_logs(job._engine_id, offset=0, limit=10_000)
+        jobs = await self.engine()
+        page = await jobs.read_logs(job.engine_id, offset=0, limit=10_000)
         lines = [line.line for line in page.lines]
         if not asc:
             lines.reverse()
@@ -421,7 +464,7 @@ class Queue:
         metrics rollup (no worker setting needed)."""
         if type not in ("completed", "failed"):
             raise ValueError(f"getMetrics type must be 'completed' or 'failed', got {type!r}")
-        jobs = await self._engine()
+        jobs = await self.engine()
         now = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
         buckets = await jobs.queue_metrics(
             self.qualifiedName, "minute", now - timedelta(minutes=MetricsTime.TWO_WEEKS), now
@@ -447,33 +490,46 @@ class Queue:
         opts: dict[str, Any] | None = None,
         override: bool = True,
         producer_id: str | None = None,
-    ) -> None:
+    ) -> Job | None:
         """Create or replace a scheduler: ``every`` (ms) or ``pattern`` (cron, with ``tz``),
-        ``limit``, ``startDate``, ``endDate``, ``immediately``. Accepts Python's
-        ``(job_name, job_data, opts)`` and Node's ``{name, data, opts}`` template. Workers of
-        any queue emit its jobs, one per tick. Returns None (BullMQ returns the next delayed
-        job; here the next run is a time on the schedule, not a job yet)."""
+        ``limit``, ``count``, ``startDate``, ``endDate``, ``immediately``. Accepts Python's
+        ``(job_name, job_data, opts)`` and Node's ``{name, data, opts}`` template. Returns the
+        job of its next iteration (``repeat:<id>:<ms>``, created now, replacing one an earlier
+        upsert made that has not started), or None when none is left (``limit`` reached,
+        ``endDate`` past): the scheduler is then not created. Whichever worker starts an
+        iteration creates the next."""
         name, data, template_opts = schedulers.template(job_name, job_data, opts)
         merged = {**self.jobsOpts, **template_opts}
+        repeat = dict(repeat_opts or {})
+        if schedulers.first_run(repeat) is None:
+            return None
         arguments = schedulers.upsert_arguments(
-            self.prefix, self.name, job_scheduler_id, repeat_opts, name, data, merged
+            self.prefix, self.name, job_scheduler_id, repeat, name, json_data(data), merged
         )
-        jobs = await self._engine()
-        if not override and await jobs.get_schedule(arguments["name"]) is not None:
-            return
-        await jobs.upsert_schedule(**arguments)
+        jobs = await self.engine()
+        existing = await jobs.get_schedule(arguments["name"])
+        if existing is None or override:
+            await jobs.upsert_schedule(**arguments)
+        schedule = await jobs.get_schedule(arguments["name"])
+        if schedule is None or schedule.pending_job_id is None:
+            return None
+        row = await jobs.get(schedule.pending_job_id)
+        return None if row is None else Job.from_row(self, row)
 
     async def getJobScheduler(self, job_scheduler_id: str) -> dict[str, Any] | None:
-        jobs = await self._engine()
+        jobs = await self.engine()
         schedule = await jobs.get_schedule(
             schedulers.schedule_name(self.qualifiedName, job_scheduler_id)
         )
         return None if schedule is None else schedulers.as_json(job_scheduler_id, schedule)
 
+    async def isJobScheduler(self, job_scheduler_id: str) -> bool:
+        return await self.getJobScheduler(job_scheduler_id) is not None
+
     async def getJobSchedulers(
         self, start: int = 0, end: int = -1, asc: bool = False
     ) -> list[dict[str, Any]]:
-        jobs = await self._engine()
+        jobs = await self.engine()
         prefix = self.qualifiedName + ":"
         found = [
             schedulers.as_json(s.name[len(prefix) :], s)
@@ -486,52 +542,53 @@ class Queue:
     async def getJobSchedulersCount(self) -> int:
         return len(await self.getJobSchedulers())
 
-    async def removeJobScheduler(self, job_scheduler_id: str) -> bool:
-        """True when a scheduler was removed (BullMQ's documented result; the Python package
-        returns it inverted)."""
-        jobs = await self._engine()
-        return await jobs.remove_schedule(
+    async def removeJobScheduler(self, job_scheduler_id: str) -> int:
+        """0 when the scheduler (and its next iteration, unless it has started) was removed,
+        1 when there was none: the Python package's values."""
+        jobs = await self.engine()
+        removed = await jobs.remove_schedule(
             schedulers.schedule_name(self.qualifiedName, job_scheduler_id)
         )
+        return 0 if removed else 1
 
     # -- control ---------------------------------------------------------------------------
 
     async def pause(self) -> None:
-        await (await self._engine()).pause(self.qualifiedName)
+        await (await self.engine()).pause(self.qualifiedName)
 
     async def resume(self) -> None:
-        await (await self._engine()).resume(self.qualifiedName)
+        await (await self.engine()).resume(self.qualifiedName)
 
     async def isPaused(self) -> bool:
-        return (await (await self._engine()).queue_settings(self.qualifiedName)).paused
+        return (await (await self.engine()).queue_settings(self.qualifiedName)).paused
 
     async def remove(self, job_id: str, opts: dict[str, Any] | None = None) -> int:
         job = await self.getJob(job_id)
-        if job is None or job._engine_id is None:
+        if job is None or job.engine_id is None:
             return 0
-        result = await (await self._engine()).purge(
-            JobFilter(ids=(job._engine_id,)), running="skip"
-        )
+        result = await (await self.engine()).purge(JobFilter(ids=(job.engine_id,)), running="skip")
         return result.deleted
 
     async def drain(self, delayed: bool = False) -> None:
         """Remove waiting and prioritized jobs (and delayed ones with ``delayed=True``)."""
         states = (SubState.READY,) + ((SubState.DELAYED, SubState.RETRY) if delayed else ())
-        await (await self._engine()).purge(self._filter(sub_state=states))
+        await (await self.engine()).purge(self._filter(sub_state=states))
 
     async def obliterate(self, force: bool = False) -> None:
         """Delete every job of the queue; refused while jobs are active unless ``force``."""
-        jobs = await self._engine()
-        if not force and await self.getActiveCount():
-            raise RuntimeError("Cannot obliterate queue with active jobs")
-        await jobs.purge(JobFilter(queue=self.qualifiedName), running="cancel" if force else "skip")
+        jobs = await self.engine()
+        where = JobFilter(queue=self.qualifiedName)
+        async with jobs.transaction() as conn:  # all of it, or (refused) nothing
+            result = await jobs.purge(where, running="cancel" if force else "skip", connection=conn)
+            if result.skipped_running:
+                raise RuntimeError("Cannot obliterate queue with active jobs")
 
     async def clean(self, grace: int, limit: int = 0, type: str = "completed") -> list[str]:
         """Remove jobs of state ``type`` older than ``grace`` ms (finished for completed and
         failed, added for the others), at most ``limit`` (0: all); returns their ids."""
         if type not in _CLEANABLE:
             raise ValueError(f"clean type must be one of {sorted(_CLEANABLE)}, got {type!r}")
-        jobs = await self._engine()
+        jobs = await self.engine()
         cutoff = datetime.now(UTC) - timedelta(milliseconds=grace)
         age = (
             {"finished_before": cutoff}
@@ -559,7 +616,7 @@ class Queue:
         return removed
 
     async def _list_all(self, where: JobFilter, limit: int | None) -> list[JobRow]:
-        jobs = await self._engine()
+        jobs = await self.engine()
         rows: list[JobRow] = []
         while limit is None or len(rows) < limit:
             page_size = 1000 if limit is None else min(1000, limit - len(rows))
@@ -578,41 +635,65 @@ class Queue:
             raise ValueError(f"retryJobs state must be 'failed' or 'completed', got {state!r}")
         timestamp = opts.get("timestamp")
         before = None if timestamp is None else datetime.fromtimestamp(timestamp / 1000, UTC)
-        jobs = await self._engine()
+        jobs = await self.engine()
         await jobs.requeue_finished(
             self._filter(sub_state=_SUB_STATES[state], finished_before=before)
         )
 
     async def promoteJobs(self, opts: dict[str, Any] | None = None) -> None:
         """Make every delayed job of the queue due now."""
-        jobs = await self._engine()
+        jobs = await self.engine()
         for row in await self._list_all(self._filter(sub_state=_SUB_STATES["delayed"]), None):
             await jobs.promote(row.id)
 
     async def setGlobalConcurrency(self, concurrency: int) -> None:
-        await (await self._engine()).set_concurrency(self.qualifiedName, concurrency)
+        await (await self.engine()).set_concurrency(self.qualifiedName, concurrency)
 
     async def getGlobalConcurrency(self) -> int | None:
-        return (await (await self._engine()).queue_settings(self.qualifiedName)).concurrency
+        return (await (await self.engine()).queue_settings(self.qualifiedName)).concurrency
 
-    async def removeGlobalConcurrency(self) -> None:
-        await (await self._engine()).set_concurrency(self.qualifiedName, None)
+    async def removeGlobalConcurrency(self) -> int:
+        """1 when a cap was removed, 0 when there was none."""
+        jobs = await self.engine()
+        had = (await jobs.queue_settings(self.qualifiedName)).concurrency is not None
+        await jobs.set_concurrency(self.qualifiedName, None)
+        return int(had)
 
     async def setGlobalRateLimit(self, max_jobs: int, duration: int) -> None:
-        await (await self._engine()).set_rate_limit(self.qualifiedName, max_jobs, duration / 1000)
+        await (await self.engine()).set_rate_limit(self.qualifiedName, max_jobs, duration / 1000)
 
     async def getGlobalRateLimit(self) -> dict[str, int] | None:
-        settings = await (await self._engine()).queue_settings(self.qualifiedName)
+        settings = await (await self.engine()).queue_settings(self.qualifiedName)
         if settings.rate_limit is None or settings.rate_period is None:
             return None
         return {"max": settings.rate_limit, "duration": int(settings.rate_period * 1000)}
 
-    async def removeGlobalRateLimit(self) -> None:
-        await (await self._engine()).set_rate_limit(self.qualifiedName, None)
+    async def removeGlobalRateLimit(self) -> int:
+        """2 (its max and its duration) when a limit was removed, 0 when there was none."""
+        jobs = await self.engine()
+        had = (await jobs.queue_settings(self.qualifiedName)).rate_limit is not None
+        await jobs.set_rate_limit(self.qualifiedName, None)
+        return 2 if had else 0
 
     async def rateLimit(self, expire_time_ms: int) -> None:
-        await (await self._engine()).limit_queue_for(self.qualifiedName, expire_time_ms / 1000)
+        """Hand out no job of this queue, to any worker, for ``expire_time_ms``."""
+        await (await self.engine()).limit_queue_for(self.qualifiedName, expire_time_ms / 1000)
+
+    async def getRateLimitTtl(self, max_jobs: int | None = None) -> int:
+        """Milliseconds until a ``rateLimit`` ends; -2 when none is in force (Redis' PTTL)."""
+        settings = await (await self.engine()).queue_settings(self.qualifiedName)
+        until = settings.limited_until
+        left = 0 if until is None else int((until - datetime.now(UTC)).total_seconds() * 1000)
+        return left if left > 0 else -2
+
+    async def removeRateLimitKey(self) -> int:
+        """End a ``rateLimit`` now; 1 when one was in force, else 0."""
+        in_force = await self.getRateLimitTtl() > 0
+        await (await self.engine()).clear_queue_limit(self.qualifiedName)
+        return int(in_force)
 
     async def close(self) -> None:
-        if not self._shared:
-            await self._connection.close()
+        """Idempotent; a queue sharing its owner's connection leaves it open."""
+        self.closing = True
+        if not self._borrowed:
+            await self.connection.close()

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 import pgjobs
-from bullmq_compat.connection import Connection
+from bullmq_compat.connection import EngineConnection
 from bullmq_compat.emitter import EventEmitter
 from bullmq_compat.job import job_id_of
 from bullmq_compat.mapping import engine_queue
@@ -117,19 +117,24 @@ class QueueEvents(EventEmitter):
         self.opts = {"autorun": True, **(opts or {})}
         self.prefix = self.opts.get("prefix", "bull")
         self.qualifiedName = engine_queue(self.prefix, name)
-        self._connection = Connection(self.opts)
+        self.connection = EngineConnection(self.opts)
         self._ready = asyncio.Event()
         self._stream: pgjobs.EventStream | None = None
         self._task: asyncio.Future[None] | None = None
         self._closing = False
         self._drained_reported = False
+        self.running = False
+        self.closed = False
         if self.opts["autorun"]:
             self._task = asyncio.ensure_future(self.run())
 
     async def run(self) -> None:
         """Consume the log until ``close()``; a read error is emitted on ``error`` and ends it."""
+        if self.running or self.closed:
+            return
+        self.running = True
         try:
-            jobs = await self._connection.open(pgjobs.Registry())
+            jobs = await self.connection.open(pgjobs.Registry())
             last = self.opts.get("lastEventId")
             self._stream = jobs.events(
                 [self.qualifiedName], after=None if last in (None, "$") else str(last)
@@ -149,6 +154,7 @@ class QueueEvents(EventEmitter):
             if not self._closing:
                 self.emit("error", exc)
         finally:
+            self.running = False
             self._ready.set()
 
     async def _report_drained(self, jobs: pgjobs.JobQueue, cursor: str) -> None:
@@ -165,6 +171,9 @@ class QueueEvents(EventEmitter):
         await self._ready.wait()
 
     async def close(self) -> None:
+        """Stop consuming and release the connection; idempotent."""
+        if self.closed:
+            return
         self._closing = True
         if self._stream is not None:
             await self._stream.close()
@@ -173,7 +182,9 @@ class QueueEvents(EventEmitter):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self.settle()
-        await self._connection.close()
+        await self.connection.close()
+        self.running = False
+        self.closed = True
 
     disconnect = close
 
@@ -186,15 +197,15 @@ class QueueEventsProducer:
         self.name = name
         self.opts = dict(opts or {})
         self.qualifiedName = engine_queue(self.opts.get("prefix", "bull"), name)
-        self._connection = Connection(self.opts)
+        self.connection = EngineConnection(self.opts)
 
     async def publishEvent(self, args: dict[str, Any], maxEvents: int = 1000) -> None:
         """``maxEvents`` is accepted for signature compatibility; the GC trims the log."""
         if "eventName" not in args:
             raise ValueError("publishEvent needs args['eventName']")
         rest = {k: v for k, v in args.items() if k != "eventName"}
-        jobs = await self._connection.open(pgjobs.Registry())
+        jobs = await self.connection.open(pgjobs.Registry())
         await jobs.publish_event(self.qualifiedName, str(args["eventName"]), rest)
 
     async def close(self) -> None:
-        await self._connection.close()
+        await self.connection.close()

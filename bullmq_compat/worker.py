@@ -1,28 +1,50 @@
-"""Worker: runs a BullMQ processor ``async def process(job, token)`` on a pgjobs worker."""
+"""Worker: runs a BullMQ processor ``async def process(job, token[, signal])`` on a pgjobs
+worker, or hands jobs out by hand (``Worker(name, None, opts)`` + ``getNextJob``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
+import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pgjobs
-from bullmq_compat.connection import Connection
-from bullmq_compat.emitter import EventEmitter
-from bullmq_compat.errors import (
+from bullmq_compat.abort_controller import AbortController
+from bullmq_compat.connection import EngineConnection
+from bullmq_compat.custom_errors import (
     DelayedError,
     RateLimitError,
-    UnrecoverableError,
     WaitingChildrenError,
 )
-from bullmq_compat.job import Job
-from bullmq_compat.mapping import KIND, engine_queue
+from bullmq_compat.emitter import EventEmitter
+from bullmq_compat.job import Job, job_id_of
+from bullmq_compat.mapping import KIND, engine_queue, json_data
 from bullmq_compat.queue import Queue
-from pgjobs import Delayed, Fatal, JobContext, WaitForPrerequisites
+from pgjobs import Delayed, JobContext, WaitForPrerequisites
 
 Processor = Callable[..., Awaitable[Any]]
+
+DRAIN_DELAY_SECONDS = 5
+"""How long ``getNextJob`` waits for a job before answering None (BullMQ's ``drainDelay``)."""
+
+
+def _wants_signal(processor: Processor | None) -> bool:
+    """Whether the processor takes a third parameter, the job's AbortSignal."""
+    if processor is None:
+        return False
+    try:
+        parameters = list(inspect.signature(processor).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [
+        p
+        for p in parameters
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+    ]
+    return len(positional) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in positional)
 
 
 class Worker(EventEmitter):
@@ -31,16 +53,21 @@ class Worker(EventEmitter):
     loop), ``lockDuration`` (ms, the lease; 30000), ``stalledInterval`` (ms between checks for
     jobs whose worker stopped; 30000), ``maxStalledCount`` (1: a job whose worker died runs
     again without using an attempt, and fails once it has stalled more times than this),
-    ``limiter`` ``{max, duration}`` (a queue-wide rate limit, as BullMQ documents it). Events:
-    ``active`` (job, prev), ``completed`` (job, result), ``failed`` (job, err) after every failed
-    attempt, ``error`` (err), ``closed``.
+    ``limiter`` ``{max, duration}`` (a queue-wide rate limit, as BullMQ documents it),
+    ``removeOnComplete`` / ``removeOnFail`` (for jobs added without them), ``settings``
+    ``{backoffStrategy}`` (for jobs whose backoff type is custom). Events: ``active`` (job,
+    prev), ``completed`` (job, result), ``failed`` (job, err) after every failed attempt,
+    ``stalled`` (jobId), ``error`` (err), ``paused``, ``resumed``, ``closed``.
+
+    A processor taking a third parameter receives the job's ``AbortSignal``; ``cancelJob``
+    and an engine cancel of the job abort it.
 
     Start-up waits out a database that cannot be reached (or a connection lost meanwhile): each
     failed try is emitted on ``error`` and retried with backoff, until the worker runs or is
     closed, as BullMQ's worker waits for Redis."""
 
     def __init__(
-        self, name: str, processor: Processor | None, opts: dict[str, Any] | None = None
+        self, name: str, processor: Processor | None = None, opts: dict[str, Any] | None = None
     ) -> None:
         super().__init__()
         self.name = name
@@ -67,9 +94,11 @@ class Worker(EventEmitter):
         self.running = False
         self.closing = False
         self.closed = False
-        self._queue = Queue(name, self.opts)
-        self._connection = Connection(self.opts)
-        self._jobs: dict[int, Job] = {}
+        self.connection = EngineConnection(self.opts)
+        self._queue = Queue(name, self.opts, connection=self.connection)
+        self._wants_signal = _wants_signal(processor)
+        self._jobs: dict[int, Job] = {}  # running, by engine id
+        self._controllers: dict[int, AbortController] = {}
         self._engine_worker: pgjobs.Worker | None = None
         self._scheduler: pgjobs.Scheduler | None = None
         self._started = asyncio.Event()
@@ -78,6 +107,8 @@ class Worker(EventEmitter):
         if processor is not None and self.opts.get("autorun", True):
             self._task = asyncio.ensure_future(self.run())
 
+    # -- running ---------------------------------------------------------------------------
+
     async def run(self) -> None:
         if self.running:
             raise RuntimeError("Worker is already running.")
@@ -85,7 +116,7 @@ class Worker(EventEmitter):
             raise RuntimeError("No process function is defined.")
         self.running = True
         try:
-            jobs = await self._start_up()
+            jobs = await self._start_up(handled=True)
             if jobs is None or self._close_requested.is_set():
                 return  # closed before the database answered
             self._engine_worker = jobs.worker(
@@ -94,6 +125,7 @@ class Worker(EventEmitter):
                 lease=self.opts["lockDuration"] / 1000,
                 rescue_interval=self.opts["stalledInterval"] / 1000,
                 on_event=self._on_engine_event,
+                on_rescue=self._on_rescue,
             )
             self._scheduler = jobs.scheduler(poll_interval=1.0)
             self._scheduler.start()
@@ -109,15 +141,18 @@ class Worker(EventEmitter):
             self.running = False
             self._started.set()
 
-    async def _start_up(self) -> pgjobs.JobQueue | None:
+    async def _start_up(self, *, handled: bool) -> pgjobs.JobQueue | None:
         """Open the engine and apply the queue settings this worker's options ask for, retrying
         transient failures (each emitted on ``error``) until done or ``close()``."""
         registry = pgjobs.Registry()
-        registry.kind(KIND, input=Any, queue=self.qualifiedName)(self._handle)
+        if handled:
+            registry.kind(KIND, input=Any, queue=self.qualifiedName)(self._handle)
+        else:
+            registry.declare(KIND, input=Any, queue=self.qualifiedName)
         failures = 0
         while not self._close_requested.is_set():
             try:
-                jobs = await self._connection.open(registry)
+                jobs = await self.connection.open(registry)
                 limiter = self.opts.get("limiter")
                 if limiter:
                     await jobs.set_rate_limit(
@@ -134,20 +169,29 @@ class Worker(EventEmitter):
                     )
         return None
 
-    async def _handle(self, ctx: JobContext, data: Any) -> Any:
+    def _job_for(self, ctx: JobContext, data: Any) -> Job:
         job = Job.from_context(self._queue, ctx, data)
-        job.processedOn = int(time.time() * 1000)
+        job.worker = self
+        for option in ("removeOnComplete", "removeOnFail"):
+            if option not in job.opts and option in self.opts:
+                job.opts[option] = self.opts[option]
+        return job
+
+    async def _handle(self, ctx: JobContext, data: Any) -> Any:
+        job = self._job_for(ctx, data)
         self._jobs[ctx.id] = job
         self.emit("active", job, "waiting")
         assert self.processor is not None
         try:
-            result = await self.processor(job, job.token)
-        except UnrecoverableError as exc:
-            job._record_failure(exc)
-            raise Fatal(str(exc)) from exc
+            if self._wants_signal:
+                controller = self._controllers[ctx.id] = AbortController(ctx)
+                result = await self.processor(job, job.token, controller.signal)
+            else:
+                result = await self.processor(job, job.token)
+            # A value json.dumps refuses fails the attempt with Python's message, as in BullMQ.
+            return json_data(result, "returnvalue")
         except DelayedError:
-            until = job._delay_until_ms
-            raise Delayed(max(0.0, ((until or 0) / 1000) - time.time())) from None
+            raise job.deferral() from None
         except RateLimitError:
             # After worker.rateLimit(ms): back to waiting, no attempt used; the queue's limit
             # keeps every worker from taking it before the window ends.
@@ -155,11 +199,11 @@ class Worker(EventEmitter):
         except WaitingChildrenError:
             raise WaitForPrerequisites() from None
         except Exception as exc:
-            job._record_failure(exc)
-            raise
+            job.record_failure(exc)
+            raise job.engine_failure(exc) from exc
         finally:
-            await job._flush_logs()
-        return result
+            self._controllers.pop(ctx.id, None)
+            await job.flush_logs()
 
     def _on_engine_event(self, event: str, ctx: JobContext, detail: dict[str, Any]) -> None:
         if event == "active":
@@ -174,24 +218,101 @@ class Worker(EventEmitter):
             self.emit("completed", job, job.returnvalue)
         elif event in ("failed", "retrying"):
             job.attemptsMade = ctx.attempts
-            error = job._error or Exception((detail.get("error") or {}).get("message", "failed"))
+            error = job.error or Exception((detail.get("error") or {}).get("message", "failed"))
             self.emit("failed", job, error)
 
+    def _on_rescue(self, rows: list[Any]) -> None:
+        """A stalled-job check of this worker put jobs back (or failed them): ``stalled``."""
+        for row in rows:
+            if row["queue"] == self.qualifiedName:
+                self.emit("stalled", job_id_of(row["id"], row["job_key"]))
+
+    # -- cancelling the jobs this worker runs ------------------------------------------------
+
+    def cancelJob(self, job_id: str, reason: Any = None) -> bool:
+        """Abort the signal of job ``job_id`` if this worker is running it and its processor
+        takes one; the processor decides what the job becomes (raising ``AbortError`` fails
+        the attempt). False otherwise."""
+        for engine_id, job in list(self._jobs.items()):
+            if job.id == str(job_id) and engine_id in self._controllers:
+                self._controllers[engine_id].abort(reason)
+                return True
+        return False
+
+    def cancelAllJobs(self, reason: Any = None) -> None:
+        """``cancelJob`` for every job this worker is running."""
+        for controller in list(self._controllers.values()):
+            controller.abort(reason)
+
+    # -- processing by hand ----------------------------------------------------------------
+
+    async def getNextJob(self, token: str, opts: dict[str, Any] | None = None) -> Job | None:
+        """Take the next job of the queue for ``token`` (``moveToCompleted``/``moveToFailed``
+        then need the same token), waiting up to ``drainDelay`` seconds for one unless
+        ``opts["block"]`` is False. Emits ``active``. The job is leased for ``lockDuration``;
+        ``job.extendLock`` keeps it longer."""
+        opts = opts or {}
+        jobs = await self._manual_engine()
+        deadline = time.monotonic() + float(self.opts.get("drainDelay", DRAIN_DELAY_SECONDS))
+        while True:
+            taken = await jobs.claim(
+                [self.qualifiedName], kinds=[KIND], lease=self.opts["lockDuration"] / 1000
+            )
+            if taken:
+                break
+            if not opts.get("block", True) or time.monotonic() >= deadline:
+                return None
+            await asyncio.sleep(0.05)
+        ctx = taken[0]
+        job = self._job_for(ctx, ctx.payload)
+        job.token = token
+        job.manual = True
+        self.emit("active", job, "waiting")
+        return job
+
+    async def next_job_data(self, token: str) -> list[Any] | None:
+        """For ``fetchNext``: the next job taken for ``token``, as BullMQ's raw
+        ``[jobData, jobId, limitUntil, delayUntil]``; None when none is waiting."""
+        job = await self.getNextJob(token, {"block": False})
+        if job is None:
+            return None
+        data = {
+            "name": job.name,
+            "data": json.dumps(job.data, separators=(",", ":")),
+            "opts": json.dumps(job.opts, separators=(",", ":")),
+            "timestamp": job.timestamp,
+            "attemptsMade": job.attemptsMade,
+        }
+        return [data, job.id, 0, 0]
+
+    async def _manual_engine(self) -> pgjobs.JobQueue:
+        if self._engine_worker is None and not self.running:
+            jobs = await self._start_up(handled=False)
+            if jobs is None:
+                raise RuntimeError("Worker is closed")
+            return jobs
+        return await self._queue.engine()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
     async def close(self, force: bool = False) -> None:
-        """Stop fetching; wait for the jobs in flight (``force``: put them back at once, without
-        using an attempt), then emit ``closed``."""
+        """Stop fetching and wait for the jobs in flight, then release the connection and emit
+        ``closed``. With ``force``, stop at once: running jobs are abandoned as a killed worker
+        leaves them, to the stalled-job check once their lock ends (as BullMQ does)."""
         if self.closed:
             return
         self.closing = True
         self._close_requested.set()
         if self._engine_worker is not None:
-            await self._engine_worker.stop(timeout=0 if force else 3600)
+            if force:
+                await self._engine_worker.stop(timeout=0, release=False)
+            else:
+                await self._engine_worker.stop(timeout=3600)
         if self._task is not None:
             with contextlib.suppress(Exception):  # already reported on "error"
                 await self._task
         await self.settle()
-        await self._connection.close()
-        await self._queue.close()
+        await self.connection.close()
         self.closed = True
         self.emit("closed")
 

@@ -286,9 +286,13 @@ async def _write(
             if result is not None:
                 await result
     progress.close()
-    for arguments in plan.schedules:
-        await jobs.upsert_schedule(**arguments)
     async with jobs.pool.acquire() as conn:
+        for schedule in plan.schedules:
+            pending = None
+            if schedule.pending is not None:
+                ref, bullmq_id = schedule.pending
+                pending = await ledger.engine_id(conn, ref.prefix, ref.name, bullmq_id)
+            await jobs.upsert_schedule(**schedule.arguments, pending_job_id=pending)
         for hold in plan.holds:
             job_id = None if hold.job is None else await ledger.engine_id(conn, *hold.job)
             await jobs.hold_dedup_key(hold.queue, hold.key, hold.until, job_id=job_id)

@@ -97,6 +97,15 @@ class DedupHold:
 
 
 @dataclass
+class ScheduleImport:
+    """A scheduler as engine schedule arguments, and the job of its pending iteration (the
+    ledger key of a job of the plan), which the schedule adopts as its next run."""
+
+    arguments: dict[str, Any]
+    pending: tuple[QueueRef, str] | None
+
+
+@dataclass
 class QueueSettings:
     queue: str
     paused: bool
@@ -107,7 +116,7 @@ class QueueSettings:
 @dataclass
 class Plan:
     units: list[Unit] = field(default_factory=list)
-    schedules: list[dict[str, Any]] = field(default_factory=list)
+    schedules: list[ScheduleImport] = field(default_factory=list)
     holds: list[DedupHold] = field(default_factory=list)
     settings: list[QueueSettings] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
@@ -505,10 +514,13 @@ class Transformer:
                 )
                 arguments["first_run_at"] = datetime.fromtimestamp(next_ms / 1000, UTC)
                 arguments["emitted"] = int(fields.get("ic") or 0)
-                self.plan.schedules.append(arguments)
-                if pending is not None:
+                self.plan.schedules.append(
+                    ScheduleImport(arguments, None if pending is None else (ref, pending_id))
+                )
+                if pending is not None and legacy:
+                    # A legacy repeatable's job is its template, not a scheduler iteration.
                     iteration_jobs[(ref, pending_id)] = (
-                        f"pending iteration of scheduler {scheduler_id}: becomes its next run"
+                        f"pending iteration of repeatable {scheduler_id}: becomes its next run"
                     )
         return iteration_jobs
 

@@ -59,7 +59,7 @@ from pgjobs.outcomes import Delayed, Fatal, Retry, WaitForPrerequisites
 from pgjobs.queues import QueueSettings
 from pgjobs.retrying import retry_delay
 from pgjobs.schedules import Schedule, Scheduler
-from pgjobs.tracking import Granularity
+from pgjobs.tracking import Granularity, JobOrder
 from pgjobs.validation import text as validate_text
 from pgjobs.worker import Worker, WorkerStats
 
@@ -97,6 +97,7 @@ __all__ = [
     "JobEvent",
     "JobFilter",
     "JobLost",
+    "JobOrder",
     "JobQueue",
     "JobRow",
     "JobSpec",

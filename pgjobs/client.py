@@ -9,10 +9,11 @@ from typing import Any
 
 import asyncpg
 
-from pgjobs import events, migrate
+from pgjobs import events, migrate, validation
 from pgjobs.config import DEFAULT_SCHEMA, dsn_from_env
-from pgjobs.context import read_prerequisites
+from pgjobs.context import JobContext, read_prerequisites
 from pgjobs.enqueue import JobSpec, insert_many, insert_one, prepare
+from pgjobs.errors import InvalidOption
 from pgjobs.events import EventStream
 from pgjobs.executor import Connection, Database
 from pgjobs.flows import EdgePolicy, Flow, Flows, SubmittedFlow
@@ -35,7 +36,7 @@ from pgjobs.models import (
 from pgjobs.ops import Operations, RunningPolicy
 from pgjobs.queues import QueueControl, QueueSettings
 from pgjobs.schedules import Schedule, Scheduler, Schedules
-from pgjobs.tracking import Granularity, Tracking, job_row
+from pgjobs.tracking import Granularity, JobOrder, Tracking, job_row
 from pgjobs.worker import Worker
 
 
@@ -183,6 +184,34 @@ class JobQueue:
 
     # -- workers ---------------------------------------------------------------------------
 
+    async def claim(
+        self,
+        queues: Sequence[str],
+        *,
+        kinds: Sequence[str] | None = None,
+        limit: int = 1,
+        lease: float = 30.0,
+    ) -> list[JobContext]:
+        """Claim up to ``limit`` due jobs of ``queues`` by hand (no worker), best first, leased
+        for ``lease`` seconds, honouring pause, caps and rate limits as a worker's claim does.
+        ``kinds``: those to take (default: every kind of this queue's registry).
+
+        Finish each with ``ctx.complete(output)``, ``ctx.fail(exc)`` or ``ctx.release()``; keep
+        it past its lease with ``ctx.extend_lease()``. A job left unfinished when its lease ends
+        has stalled and is put back by any worker's rescue.
+        """
+        wanted = sorted(kinds) if kinds is not None else self.registry.names()
+        if not wanted:
+            raise InvalidOption("kinds", "name the kinds to claim (the registry has none)")
+        validation.integer("limit", limit, 1, 10_000)
+        if isinstance(lease, bool) or not isinstance(lease, int | float) or not lease > 0:
+            raise InvalidOption("lease", f"must be > 0 seconds, got {lease!r}")
+        names = [validation.queue(q) for q in queues]
+        rows = await self.db.fetch("claim", names, wanted, limit, float(lease), 0)
+        ordered = sorted(rows, key=lambda r: (-r["priority"], r["run_at"], r["id"]))
+        await self._schedules.started(ordered)
+        return [JobContext(self.db, row, float(lease)) for row in ordered]
+
     def worker(self, **options: Any) -> Worker:
         """A Worker for this queue's registry; see Worker for the options."""
         return Worker(self.db, self.registry, **options)
@@ -243,6 +272,27 @@ class JobQueue:
             connection=connection,
         )
 
+    async def add_dependency(
+        self,
+        prerequisite_id: int,
+        dependent_id: int,
+        *,
+        policy: EdgePolicy = EdgePolicy.BLOCK,
+        tenant: str | None = None,
+        any_tenant: bool = False,
+        connection: Connection | None = None,
+    ) -> None:
+        """Make the pending or running job ``dependent_id`` wait for the job
+        ``prerequisite_id`` too, whatever flows they belong to; see Flows.add_dependency."""
+        await self._flows.add_dependency(
+            prerequisite_id,
+            dependent_id,
+            policy,
+            tenant=tenant,
+            any_tenant=any_tenant,
+            connection=connection,
+        )
+
     async def prerequisite_results(self, job_id: int) -> list[dict[str, Any]]:
         """Each prerequisite of ``job_id``: id, kind, name, queue, status, output, edge policy,
         edge state and the failure recorded on the edge."""
@@ -274,15 +324,22 @@ class JobQueue:
         return await self._ops.cancel_flow(flow_id, tenant=tenant, any_tenant=any_tenant)
 
     async def requeue(
-        self, job_id: int, *, tenant: str | None = None, any_tenant: bool = False
+        self,
+        job_id: int,
+        *,
+        tenant: str | None = None,
+        any_tenant: bool = False,
+        reset_attempts: bool = True,
     ) -> bool:
-        """Re-drive a finished job as a new life cycle (fresh attempts and deferrals)."""
+        """Re-drive a finished job, due now: a new life cycle (fresh attempts, deferrals and
+        stall count), or with ``reset_attempts=False`` the same one going on (its next run
+        counts as its next attempt, as BullMQ's ``job.retry()`` does)."""
         where = JobFilter(ids=(job_id,), tenant=tenant)
         if tenant is None and not any_tenant:
             rows = await self.db.fetchrow("get_job", job_id, None, False)
             if rows is None:
                 return False
-        return bool(await self._ops.requeue(where))
+        return bool(await self._ops.requeue(where, reset=reset_attempts))
 
     async def requeue_dead(self, where: JobFilter | None = None) -> list[int]:
         """Re-drive every dead job matching ``where``; returns their ids."""
@@ -290,12 +347,16 @@ class JobQueue:
         return await self._ops.requeue(JobFilter(**{**_fields(base), "status": "dead"}))
 
     async def requeue_finished(
-        self, where: JobFilter, *, connection: Connection | None = None
+        self,
+        where: JobFilter,
+        *,
+        connection: Connection | None = None,
+        reset_attempts: bool = True,
     ) -> list[int]:
-        """Re-drive every finished job (completed, dead or cancelled) matching ``where`` as a
-        new life cycle, in one transaction (the caller's, with ``connection``); returns their
+        """Re-drive every finished job (completed, dead or cancelled) matching ``where``, as
+        ``requeue`` does, in one transaction (the caller's, with ``connection``); returns their
         ids."""
-        return await self._ops.requeue(where, connection)
+        return await self._ops.requeue(where, connection, reset=reset_attempts)
 
     async def promote(
         self, job_id: int, *, tenant: str | None = None, any_tenant: bool = False
@@ -324,10 +385,20 @@ class JobQueue:
         keep_last: int | None = None,
         tenant: str | None = None,
         any_tenant: bool = False,
-    ) -> bool:
-        """Append a log line to a job, keeping only the newest ``keep_last`` when given."""
+    ) -> int:
+        """Append a log line to a job, keeping only the newest ``keep_last`` when given; the
+        number of lines its log holds now (0: no such job)."""
         return await self._ops.append_log(
             job_id, line, keep_last=keep_last, tenant=tenant, any_tenant=any_tenant
+        )
+
+    async def update_progress(
+        self, job_id: int, value: Any, *, tenant: str | None = None, any_tenant: bool = False
+    ) -> bool:
+        """Set a job's progress (any JSON) from outside its handler, whatever its status; False
+        if there is no such job. A handler uses ``ctx.progress``, which is fenced."""
+        return await self._ops.update_progress(
+            job_id, value, tenant=tenant, any_tenant=any_tenant
         )
 
     async def read_logs(
@@ -388,6 +459,10 @@ class JobQueue:
         attempt. With ``limit`` n, the attempt is given back and the stall counted; the job
         dies once it has stalled more than n times (BullMQ's ``maxStalledCount``)."""
         await self._queues.set_max_stalls(queue, limit)
+
+    async def clear_queue_limit(self, queue: str) -> None:
+        """End a ``limit_queue_for`` at once: the queue hands out jobs again."""
+        await self._queues.clear_limit(queue)
 
     async def limit_queue_for(self, queue: str, seconds: float) -> None:
         """Hand out nothing from ``queue`` for ``seconds``."""
@@ -503,10 +578,13 @@ class JobQueue:
         limit: int = 50,
         offset: int = 0,
         oldest_first: bool = False,
+        order: JobOrder = "created",
     ) -> list[JobRow]:
-        """A page (``limit`` <= 1000) of jobs matching ``where``, newest first by default."""
+        """A page (``limit`` <= 1000) of jobs matching ``where``, newest first by default; see
+        Tracking.list_jobs for the orders."""
         return await self._tracking.list_jobs(
-            where or JobFilter(), limit=limit, offset=offset, oldest_first=oldest_first
+            where or JobFilter(), limit=limit, offset=offset, oldest_first=oldest_first,
+            order=order,
         )
 
     async def list_flows(

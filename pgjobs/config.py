@@ -38,3 +38,10 @@ def events_channel(schema: str) -> str:
     """The channel on which the event log announces the queue of each new event (the triggers
     of sql/schema/job_events.sql build the same name)."""
     return f"{validate_schema(schema)}_events"
+
+
+def cancels_channel(schema: str) -> str:
+    """The channel on which a cancel or a purge names each running job it ended (its id), so
+    the worker running it can tell the handler at once (sql/schema/cancel_and_remove_jobs.sql
+    builds the same name)."""
+    return f"{validate_schema(schema)}_cancels"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -12,7 +13,7 @@ from pgjobs import jsonvalue
 from pgjobs.completer import write_outcomes
 from pgjobs.errors import InvalidOption, JobLost
 from pgjobs.executor import Connection, Database
-from pgjobs.outcomes import Outcome
+from pgjobs.outcomes import Outcome, decide
 
 _UNSET: Any = object()
 
@@ -37,12 +38,20 @@ class JobContext:
     Every write returns False (or raises JobLost) once another actor took the job over
     (its lease expired and it was reclaimed, or it was cancelled or purged): a
     dispossessed handler can never overwrite its successor.
+
+    A job claimed by hand (``JobQueue.claim``) is finished through the same context:
+    ``complete``, ``fail`` (the outcome a handler raising that exception would get),
+    ``release``; ``extend_lease`` keeps it while it runs.
     """
 
     __slots__ = (
+        "_backoff",
         "_db",
         "_lease_seconds",
+        "_payload",
         "attempts",
+        "cancel_reason",
+        "cancelled",
         "completed",
         "created_at",
         "deferrals",
@@ -59,6 +68,7 @@ class JobContext:
         "output",
         "priority",
         "queue",
+        "settled",
         "tenant",
     )
 
@@ -88,6 +98,29 @@ class JobContext:
         """True once ``completing()`` committed: the job is completed, the worker writes nothing."""
         self.output: Any = None
         """The output ``completing()`` stored."""
+        self.settled: str | None = None
+        """The status this context wrote for the job (complete, fail, release): the worker
+        then writes nothing more."""
+        self.cancelled = asyncio.Event()
+        """Set once the job was cancelled (``JobQueue.cancel``, ``Worker.cancel_job``): a
+        handler that can stop early waits on it or checks ``cancelled.is_set()``."""
+        self.cancel_reason: Any = None
+        self._payload: str = row["payload"]
+        self._backoff: str = row["backoff"]
+
+    @property
+    def payload(self) -> Any:
+        """The job's input as stored (decoded JSON, before its kind validates it)."""
+        return jsonvalue.loads(self._payload)
+
+    def cancel(self, reason: Any = None) -> bool:
+        """Signal the handler to stop (``cancelled`` is set, ``cancel_reason`` kept); False if it
+        already was. Nothing is written: what the job becomes is what the handler does next."""
+        if self.cancelled.is_set():
+            return False
+        self.cancel_reason = reason
+        self.cancelled.set()
+        return True
 
     def _encode_progress(self, value: Any) -> str:
         try:
@@ -112,18 +145,19 @@ class JobContext:
             self.lost = True
         return row is not None
 
-    async def log(self, line: str) -> bool:
-        """Append a line to the job's log; False (nothing written) once the job is not ours."""
+    async def log(self, line: str) -> int:
+        """Append a line to the job's log; the number of lines it holds now, or 0 (nothing
+        written) once the job is not ours."""
         if self.lost:
-            return False
+            return 0
         if not isinstance(line, str):
             raise InvalidOption("line", f"must be a string, got {type(line).__name__}")
-        seq = await self._db.fetchval(
+        lines = await self._db.fetchval(
             "append_log_fenced", self.id, self.lock_token, jsonvalue.strip_nul(line)
         )
-        if seq is None:
+        if lines is None:
             self.lost = True
-        return seq is not None
+        return int(lines or 0)
 
     async def open_prerequisites(self) -> int:
         """How many of this job's prerequisites are still open (or blocked by a failure); raises
@@ -133,6 +167,58 @@ class JobContext:
             self.lost = True
             raise JobLost(self.id)
         return int(count)
+
+    # -- finishing a job by hand ---------------------------------------------------------------
+
+    async def _settle(self, outcome: Outcome) -> bool:
+        if self.settled is not None or self.completed:
+            raise InvalidOption(
+                "outcome", f"job {self.id} is already {self.settled or 'completed'}"
+            )
+        if self.lost:
+            return False
+        written = self.id in await write_outcomes(self._db, [outcome])
+        if written:
+            self.settled = outcome.status
+        else:
+            self.lost = True
+        return written
+
+    async def complete(self, output: Any = None) -> bool:
+        """Complete the job with ``output`` (JSON); False (nothing written) if it was taken over."""
+        try:
+            encoded = jsonvalue.dumps(output)
+        except jsonvalue.NotJson as exc:
+            raise InvalidOption("output", str(exc)) from None
+        return await self._settle(
+            Outcome(self.id, self.lock_token, "completed", output_json=encoded)
+        )
+
+    async def fail(self, error: BaseException) -> str | None:
+        """Give the job the outcome of a handler that raised ``error``: a retry after its backoff
+        (or at ``Retry.after``), a deferral for ``Delayed``, dead once its attempts are used or
+        for ``Fatal``. Returns the status written (``pending`` or ``dead``), None if the job
+        was taken over."""
+        outcome = decide(self, self._backoff, error)
+        return outcome.status if await self._settle(outcome) else None
+
+    async def release(self) -> bool:
+        """Give the job back unrun: pending again, in its place, its attempt not used."""
+        return await self._settle(
+            Outcome(self.id, self.lock_token, "pending", delay=None, refund_attempt=1)
+        )
+
+    async def extend_lease(self, seconds: float | None = None) -> bool:
+        """Keep the job for ``seconds`` (default: the claim's lease) from now; False once it is
+        not ours. A worker does this for its jobs; a job claimed by hand needs it while it
+        runs longer than its lease."""
+        if self.lost:
+            return False
+        lease = self._lease_seconds if seconds is None else float(seconds)
+        rows = await self._db.fetch("heartbeat", [self.id], [self.lock_token], lease)
+        if not rows:
+            self.lost = True
+        return bool(rows)
 
     async def prerequisites(self) -> list[dict[str, Any]]:
         """This job's prerequisites in its flow: id, kind, name, queue, status, output, and the

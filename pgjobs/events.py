@@ -70,7 +70,7 @@ class EventStream:
         self._buffer: deque[JobEvent] = deque()
         self._wake = asyncio.Event()
         self._announced = False
-        self._notifier = Notifier(db, events_channel(db.schema), self._on_notify)
+        self._notifier = Notifier(db, {events_channel(db.schema): self._on_notify})
         self._started = False
         self._closed = False
 

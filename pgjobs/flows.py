@@ -206,16 +206,7 @@ class Flows:
         policy = EdgePolicy(policy)
 
         async def write(conn: Connection) -> EnqueueResult:
-            row = await self._db.fetchrow(
-                "lock_dependent", dependent_id, tenant, any_tenant, conn=conn
-            )
-            if row is None:
-                raise InvalidFlow(f"no job {dependent_id} to add a prerequisite to")
-            if row["status"] not in ("pending", "running"):
-                raise InvalidFlow(
-                    f"job {dependent_id} is {row['status']}: prerequisites can only be added to"
-                    " a pending or running job"
-                )
+            row = await self._lock_dependent(conn, dependent_id, tenant, any_tenant)
             flow_id = row["flow_id"]
             if flow_id is None:
                 flow_id = await self._db.fetchval(
@@ -227,19 +218,62 @@ class Flows:
                 "depends_on", result.id, dependent_id, conn=conn
             ):
                 raise FlowCycle([str(result.id), str(dependent_id)])
-            await self._db.fetchval(
-                "attach_prerequisites",
-                [result.id],
-                [dependent_id],
-                [policy.value],
-                ["open"],
-                [None],
-                self._channel,
-                conn=conn,
-            )
+            await self._attach(conn, result.id, dependent_id, policy)
             return result
 
         return await self._db.in_transaction(write, connection)
+
+    async def add_dependency(
+        self,
+        prerequisite_id: int,
+        dependent_id: int,
+        policy: EdgePolicy,
+        *,
+        tenant: str | None,
+        any_tenant: bool,
+        connection: Connection | None = None,
+    ) -> None:
+        """Make the existing pending or running job ``dependent_id`` wait for the existing job
+        ``prerequisite_id`` (whatever its flow), in one transaction; a prerequisite already
+        finished is resolved at once by ``policy``. Refused if it would close a cycle."""
+        policy = EdgePolicy(policy)
+
+        async def write(conn: Connection) -> None:
+            await self._lock_dependent(conn, dependent_id, tenant, any_tenant)
+            if prerequisite_id == dependent_id or await self._db.fetchval(
+                "depends_on", prerequisite_id, dependent_id, conn=conn
+            ):
+                raise FlowCycle([str(prerequisite_id), str(dependent_id)])
+            await self._attach(conn, prerequisite_id, dependent_id, policy)
+
+        await self._db.in_transaction(write, connection)
+
+    async def _lock_dependent(
+        self, conn: Connection, dependent_id: int, tenant: str | None, any_tenant: bool
+    ) -> Any:
+        row = await self._db.fetchrow("lock_dependent", dependent_id, tenant, any_tenant, conn=conn)
+        if row is None:
+            raise InvalidFlow(f"no job {dependent_id} to add a prerequisite to")
+        if row["status"] not in ("pending", "running"):
+            raise InvalidFlow(
+                f"job {dependent_id} is {row['status']}: prerequisites can only be added to"
+                " a pending or running job"
+            )
+        return row
+
+    async def _attach(
+        self, conn: Connection, prerequisite_id: int, dependent_id: int, policy: EdgePolicy
+    ) -> None:
+        await self._db.fetchval(
+            "attach_prerequisites",
+            [prerequisite_id],
+            [dependent_id],
+            [policy.value],
+            ["open"],
+            [None],
+            self._channel,
+            conn=conn,
+        )
 
     async def rerun(self, flow_id: int, *, tenant: str | None, any_tenant: bool) -> SubmittedFlow:
         """Clone the flow under a new id, every node pending, priorities and budgets kept.

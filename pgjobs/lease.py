@@ -13,6 +13,8 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+import asyncpg
+
 from pgjobs.context import JobContext
 from pgjobs.executor import TRANSIENT_ERRORS, Database
 
@@ -25,7 +27,8 @@ class LeaseKeeper:
     """Runs the heartbeat and rescue loops of one worker between ``start()`` and ``stop()``.
 
     ``held()`` returns the contexts whose lease to renew; ``on_lost(ctx)`` is called for each
-    one a heartbeat found taken over; ``on_rescued(n)`` after a rescue put n jobs back.
+    one a heartbeat found taken over; ``on_rescued(rows)`` with the rows (id, status, queue,
+    job_key) of each rescue that put jobs back.
     """
 
     def __init__(
@@ -38,7 +41,7 @@ class LeaseKeeper:
         rescue_interval: float,
         held: Callable[[], list[JobContext]],
         on_lost: Callable[[JobContext], None],
-        on_rescued: Callable[[int], None],
+        on_rescued: Callable[[list[asyncpg.Record]], None],
     ) -> None:
         self._db = db
         self._channel = channel
@@ -77,10 +80,9 @@ class LeaseKeeper:
             if ctx.id not in owned:
                 self._on_lost(ctx)
 
-    async def rescue(self) -> int:
-        """Put back the jobs whose lease ended (of any worker); how many."""
-        rows = await self._db.fetch("rescue_stalled", RESCUE_BATCH, self._channel)
-        return len(rows)
+    async def rescue(self) -> list[asyncpg.Record]:
+        """Put back the jobs whose lease ended (of any worker): id, status, queue, job_key."""
+        return await self._db.fetch("rescue_stalled", RESCUE_BATCH, self._channel)
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -98,7 +100,9 @@ class LeaseKeeper:
                 rescued = await self.rescue()
                 if rescued:
                     self._on_rescued(rescued)
-                    logger.warning("rescued %d stalled job(s) whose lease had expired", rescued)
+                    logger.warning(
+                        "rescued %d stalled job(s) whose lease had expired", len(rescued)
+                    )
             except TRANSIENT_ERRORS as exc:
                 logger.warning("stalled-job rescue failed (%s); will retry", exc)
             except Exception:

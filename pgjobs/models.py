@@ -124,6 +124,8 @@ class JobFilter:
     finished_after: datetime | None = None
     sub_state: SubState | str | tuple[SubState | str, ...] | None = None
     priority: int | None = None
+    min_priority: int | None = None
+    max_priority: int | None = None
     job_key: str | None = None
     ids: tuple[int, ...] | None = None
     after_id: int | None = None

@@ -21,18 +21,16 @@ from pgjobs.retrying import retry_delay
 logger = logging.getLogger("pgjobs.notifier")
 
 
-
 class Notifier:
-    """Calls ``on_message(payload)`` for each NOTIFY on ``channel``; ``on_message(None)`` after
-    a reconnect (anything may have been missed)."""
+    """For each channel of ``listeners``, calls its listener with the payload of every NOTIFY,
+    and with None after a reconnect (anything may have been missed). One connection listens
+    to them all."""
 
-    def __init__(
-        self, db: Database, channel: str, on_message: Callable[[str | None], None]
-    ) -> None:
+    def __init__(self, db: Database, listeners: dict[str, Callable[[str | None], None]]) -> None:
         self._db = db
         self._pool: asyncpg.Pool = db.pool
-        self._channel = channel
-        self._on_message = on_message
+        self._listeners = listeners
+        self._channels = ", ".join(listeners)
         self._task: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()
 
@@ -49,8 +47,8 @@ class Notifier:
                 await self._task
             self._task = None
 
-    def _deliver(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
-        self._on_message(payload)
+    def _deliver(self, _conn: Any, _pid: int, channel: str, payload: str) -> None:
+        self._listeners[channel](payload)
 
     async def _run(self) -> None:
         failures = 0
@@ -61,10 +59,12 @@ class Notifier:
                 conn = await self._pool.acquire()
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda _c, lost=lost: lost.set())
-                await conn.add_listener(self._channel, self._deliver)
+                for channel in self._listeners:
+                    await conn.add_listener(channel, self._deliver)
                 if not first:
-                    logger.info("LISTEN %s re-established", self._channel)
-                    self._on_message(None)
+                    logger.info("LISTEN %s re-established", self._channels)
+                    for listener in self._listeners.values():
+                        listener(None)
                 first = False
                 failures = 0
                 self._listening.set()
@@ -79,7 +79,8 @@ class Notifier:
             except asyncio.CancelledError:
                 if conn is not None and not conn.is_closed():
                     with contextlib.suppress(Exception):
-                        await conn.remove_listener(self._channel, self._deliver)
+                        for channel in self._listeners:
+                            await conn.remove_listener(channel, self._deliver)
                 raise
             except Exception as exc:
                 if self._pool.is_closing():
@@ -87,7 +88,7 @@ class Notifier:
                 failures += 1
                 delay = retry_delay(failures, first=0.1)
                 logger.warning(
-                    "LISTEN %s lost (%s); reconnecting in %.1fs", self._channel, exc, delay
+                    "LISTEN %s lost (%s); reconnecting in %.1fs", self._channels, exc, delay
                 )
                 await asyncio.sleep(delay)
             finally:

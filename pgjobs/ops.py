@@ -61,11 +61,15 @@ class Operations:
 
     # -- re-drive ---------------------------------------------------------------------------
 
-    async def requeue(self, where: JobFilter, connection: Connection | None = None) -> list[int]:
-        sql, params = filters.where(where, 1, "j", self._db.schema)
+    async def requeue(
+        self, where: JobFilter, connection: Connection | None = None, *, reset: bool = True
+    ) -> list[int]:
+        sql, params = filters.where(where, 2, "j", self._db.schema)
 
         async def work(conn: Connection) -> list[int]:
-            rows = await self._db.fetch("requeue_where", *params, conn=conn, parts={"where": sql})
+            rows = await self._db.fetch(
+                "requeue_where", reset, *params, conn=conn, parts={"where": sql}
+            )
             queues = sorted({row["queue"] for row in rows})
             if queues:
                 await self._db.fetch("notify_queues", queues, self._channel, conn=conn)
@@ -105,12 +109,22 @@ class Operations:
 
     async def append_log(
         self, job_id: int, line: str, *, keep_last: int | None, tenant: str | None, any_tenant: bool
-    ) -> bool:
+    ) -> int:
         text = _log_line(line)
         if keep_last is not None:
             validation.integer("keep_last", keep_last, 1, 1_000_000)
-        added = await self._db.fetchval("append_log", job_id, tenant, any_tenant, text, keep_last)
-        return bool(added)
+        lines = await self._db.fetchval("append_log", job_id, tenant, any_tenant, text, keep_last)
+        return int(lines or 0)
+
+    async def update_progress(
+        self, job_id: int, value: Any, *, tenant: str | None, any_tenant: bool
+    ) -> bool:
+        try:
+            encoded = jsonvalue.dumps(value)
+        except jsonvalue.NotJson as exc:
+            raise InvalidOption("progress", str(exc)) from None
+        row = await self._db.fetchrow("set_progress_unfenced", job_id, tenant, any_tenant, encoded)
+        return row is not None
 
     async def read_logs(
         self, job_id: int, *, offset: int, limit: int, tenant: str | None, any_tenant: bool

@@ -6,9 +6,14 @@ retried with backoff; these three signals say something more precise.
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any, Literal
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, Protocol
+
+from pgjobs import jsonvalue
+from pgjobs.backoff import Backoff
+from pgjobs.errors import InvalidJobInput
 
 
 def _seconds(after: float | timedelta) -> float:
@@ -70,3 +75,63 @@ class Outcome:
     error_json: str | None = None
     refund_attempt: int = 0
     deferred: int = 0
+
+
+class Claim(Protocol):
+    """What deciding an outcome needs of a claimed job."""
+
+    id: int
+    lock_token: Any
+    attempts: int
+    max_attempts: int
+    deferrals: int
+    max_deferrals: int
+
+
+def _error(exc: BaseException, ctx: Claim, **extra: Any) -> str:
+    record = {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(exc)),
+        "attempt": ctx.attempts,
+        "at": datetime.now(UTC).isoformat(),
+        **extra,
+    }
+    return jsonvalue.dumps(_jsonb_safe(record))
+
+
+def _jsonb_safe(record: dict[str, Any]) -> dict[str, Any]:
+    """Error text is arbitrary: escape what jsonb cannot hold rather than lose the record."""
+    return {key: jsonvalue.strip_nul(v) if isinstance(v, str) else v for key, v in record.items()}
+
+
+def _dead(ctx: Claim, exc: BaseException, **fields: Any) -> Outcome:
+    return Outcome(ctx.id, ctx.lock_token, "dead", error_json=_error(exc, ctx), **fields)
+
+
+def _retry_or_dead(ctx: Claim, exc: BaseException, delay: float) -> Outcome:
+    if ctx.attempts >= ctx.max_attempts:
+        return _dead(ctx, exc)
+    return Outcome(ctx.id, ctx.lock_token, "pending", delay=delay, error_json=_error(exc, ctx))
+
+
+def decide(ctx: Claim, backoff: Backoff | str, exc: BaseException) -> Outcome:
+    """The outcome of a handler that raised ``exc`` (ENGINE.md, "Handler outcomes")."""
+    if isinstance(exc, Fatal | InvalidJobInput):
+        return _dead(ctx, exc)
+    if isinstance(exc, Delayed):
+        deferrals = ctx.deferrals + 1
+        if ctx.max_deferrals > 0 and deferrals >= ctx.max_deferrals:
+            return _dead(ctx, exc, refund_attempt=1, deferred=1)
+        return Outcome(
+            ctx.id, ctx.lock_token, "pending", delay=exc.after, refund_attempt=1, deferred=1
+        )
+    if isinstance(exc, WaitForPrerequisites):
+        return Outcome(ctx.id, ctx.lock_token, "pending", refund_attempt=1)
+    if isinstance(exc, Retry):
+        return _retry_or_dead(ctx, exc, exc.after)
+    if isinstance(backoff, str):  # the stored JSON, parsed only when a retry needs it
+        backoff = Backoff.from_json(jsonvalue.loads(backoff))
+    return _retry_or_dead(ctx, exc, backoff.seconds(ctx.attempts))
+
+

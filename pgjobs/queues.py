@@ -93,6 +93,10 @@ class QueueControl:
         stalls = None if limit is None else validation.integer("max_stalls", limit, 0, 1_000_000)
         await self._set(queue, ["max_stalls"], max_stalls=stalls)
 
+    async def clear_limit(self, queue: str) -> None:
+        """End a ``limit_for`` now."""
+        await self._set(queue, ["limited_until"], limited_until=None)
+
     async def limit_for(self, queue: str, seconds: float) -> None:
         """Hand out nothing from ``queue`` for ``seconds`` (BullMQ's ``rateLimit(ms)``)."""
         delay = validation.delay_seconds(seconds, "seconds")

@@ -1,5 +1,12 @@
 """Cron and interval schedules: typed, upserted by name, emitted exactly once per tick by any
-number of concurrent schedulers, with no burst of catch-up jobs after downtime."""
+number of concurrent schedulers, with no burst of catch-up jobs after downtime.
+
+A schedule is emitted in one of two ways. By default a scheduler loop (``Scheduler``, any
+number of them) enqueues each tick's job when it is due. A *materialized* schedule (BullMQ's
+job schedulers) instead keeps its next run as a pending job: created when the schedule is
+upserted, and whenever a worker starts the current run it creates the next one. No loop is
+needed, and the next run is a job one can read, promote or remove.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -41,6 +49,9 @@ _JOB_OPTIONS = {
 
 
 _KEY_PREFIX = "job_key_prefix"  # kept beside the job options, not passed to the job
+MAX_KEY_COLLISIONS = 32
+"""Runs of a materialized schedule whose tick's job key is taken (by a finished job of an
+earlier schedule of that name) move to the next tick, this many times at most."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +69,9 @@ class Schedule:
     next_run_at: datetime | None
     last_run_at: datetime | None
     options: dict[str, Any]
+    materialized: bool = False
+    pending_job_id: int | None = None
+    """For a materialized schedule: the job of its next run (None once none is left)."""
 
 
 def _zone(name: str) -> ZoneInfo:
@@ -135,6 +149,8 @@ class Schedules:
         job_key_prefix: str | None = None,
         first_run_at: datetime | None = None,
         emitted: int = 0,
+        materialize: bool = False,
+        pending_job_id: int | None = None,
         **job_options: Any,
     ) -> datetime | None:
         """Create or replace schedule ``name``; returns its next run (None if it has none left).
@@ -146,6 +162,12 @@ class Schedules:
         validated now, as are the job options. ``first_run_at`` sets the next run instead of
         computing it, and ``emitted`` the count of runs already made (a new schedule only): an
         import of a schedule from another system keeps its place and its ``limit``.
+
+        With ``materialize``, the next run is enqueued now as a pending job (due at its tick),
+        in the same transaction, replacing a pending run of an earlier upsert that has not
+        started; ``get_schedule(name).pending_job_id`` names it. ``pending_job_id`` adopts an
+        existing job as that run instead (an import of a schedule whose next run came across
+        as a job), its tick being ``first_run_at``.
         """
         validation.text("name", name, optional=False)
         if (cron is None) == (every is None):
@@ -194,8 +216,7 @@ class Schedules:
         validation.integer("emitted", emitted, 0, 2**31 - 1)
         if end_at is not None and first > end_at:
             first = None  # type: ignore[assignment]
-        row = await self._db.fetchrow(
-            "upsert_schedule",
+        arguments = (
             name,
             prepared.kind,
             prepared.payload,
@@ -209,9 +230,39 @@ class Schedules:
             first,
             self._channel,
             emitted,
+            materialize,
         )
-        assert row is not None
-        return row["next_run_at"]  # type: ignore[no-any-return]
+        if not materialize:
+            row = await self._db.fetchrow("upsert_schedule", *arguments)
+            assert row is not None
+            return row["next_run_at"]  # type: ignore[no-any-return]
+        async with self._db.transaction() as conn:
+            row = await self._db.fetchrow("upsert_schedule", *arguments, conn=conn)
+            assert row is not None
+            locked = await self._db.fetchrow("lock_schedule", name, conn=conn)
+            assert locked is not None
+            replaced = 0
+            if row["pending_job_id"] is not None and row["pending_job_id"] != pending_job_id:
+                gone = await self._db.fetch(
+                    "remove_unstarted_job", row["pending_job_id"], conn=conn
+                )
+                replaced = len(gone)
+            if pending_job_id is not None:
+                await self._db.fetch("mark_schedule_run", pending_job_id, name, conn=conn)
+                await self._db.fetch(
+                    "set_pending_run", name, pending_job_id, first, -replaced, None, conn=conn
+                )
+                return first
+            if row["next_run_at"] is None:
+                await self._db.fetch(
+                    "set_pending_run", name, None, None, -replaced, None, conn=conn
+                )
+                return None
+            job_id, tick = await self._enqueue_run(conn, locked, row["next_run_at"])
+            await self._db.fetch(
+                "set_pending_run", name, job_id, tick, 1 - replaced, None, conn=conn
+            )
+            return tick
 
     async def list(self) -> list[Schedule]:
         return [_schedule(row) for row in await self._db.fetch("list_schedules")]
@@ -221,19 +272,96 @@ class Schedules:
         return None if row is None else _schedule(row)
 
     async def remove(self, name: str) -> bool:
+        """Remove the schedule (and a materialized one's pending run, unless it has started);
+        False if there was none."""
         return await self._db.fetchrow("remove_schedule", name) is not None
+
+    async def started(self, rows: Sequence[Any]) -> None:
+        """Claimed jobs have started: for each that is the pending run of a materialized
+        schedule, enqueue that schedule's next run. Safe under retries and concurrency: done
+        under the schedule's row lock, only while the job is still its pending run."""
+        for row in rows:
+            if row["schedule"] is not None:
+                await self._advance(row["schedule"], row["id"])
+
+    async def _advance(self, name: str, job_id: int) -> None:
+        async with self._db.transaction() as conn:
+            row = await self._db.fetchrow("lock_schedule", name, conn=conn)
+            if row is None or not row["materialized"] or row["pending_job_id"] != job_id:
+                return  # removed, replaced, or already advanced by an earlier start
+            current: datetime = row["next_run_at"]
+            nxt = self._after(row, current, now=row["db_now"])
+            if nxt is None:
+                await self._db.fetch("set_pending_run", name, None, None, 0, current, conn=conn)
+                return
+            next_id, tick = await self._enqueue_run(conn, row, nxt)
+            await self._db.fetch("set_pending_run", name, next_id, tick, 1, current, conn=conn)
+
+    def _after(self, row: Any, tick: datetime, *, now: datetime | None = None) -> datetime | None:
+        """The run that follows the one at ``tick`` (none before ``now``), or None when the
+        limit or the end date stops it. An interval keeps its phase: ``tick + k * every``."""
+        limit = row["emission_limit"]
+        if limit is not None and row["emitted"] >= limit:
+            return None
+        every = row["every_seconds"]
+        if every is not None:
+            behind = 0.0 if now is None else (now - tick).total_seconds()
+            nxt = tick + timedelta(seconds=every * max(1, math.ceil(behind / every)))
+        else:
+            nxt = next_tick(
+                cron=row["cron"],
+                every=None,
+                timezone=row["timezone"],
+                after=tick if now is None else max(tick, now),
+                start_at=row["start_at"],
+            )
+        if row["end_at"] is not None and nxt > row["end_at"]:
+            return None
+        return nxt
+
+    async def _enqueue_run(self, conn: Any, row: Any, tick: datetime) -> tuple[int, datetime]:
+        """Enqueue the run of materialized schedule ``row`` at ``tick`` (the first free tick:
+        one whose job key names no job yet)."""
+        job_options = jsonvalue.loads(row["options"])
+        key_prefix = job_options.pop(_KEY_PREFIX, None)
+        job_options.pop("delay", None)
+        for _ in range(MAX_KEY_COLLISIONS):
+            spec = JobSpec(
+                row["kind"],
+                jsonvalue.loads(row["payload"]),
+                **job_options,
+                run_at=tick,
+                job_key=_run_key(row["name"], key_prefix, tick),
+            )
+            result = await insert_one(self._db, prepare(spec, self._registry), conn)
+            if not result.duplicate:
+                await self._db.fetch("mark_schedule_run", result.id, row["name"], conn=conn)
+                return result.id, tick
+            later = self._after(row, tick)
+            if later is None:
+                break
+            tick = later
+        raise InvalidOption(
+            "name", f"schedule {row['name']!r}: every run time near {tick} already has a job"
+        )
 
     async def emit_due(self, *, catch_up: bool = False, batch: int = 100) -> int:
         """Emit one job for each due tick of each due schedule; returns the jobs emitted.
 
         Safe to run from many processes at once: each due schedule is locked by one of them
         and its next tick is advanced in the same transaction as the enqueue. After downtime
-        only the latest missed tick is emitted, unless ``catch_up`` asks for each of them."""
+        only the latest missed tick is emitted, unless ``catch_up`` asks for each of them.
+        Materialized schedules are their workers' business; this only repairs one whose run
+        started without its next run being made."""
         emitted = 0
         async with self._db.transaction() as conn:
             rows = await self._db.fetch("due_schedules", batch, self._registry.names(), conn=conn)
             for row in rows:
                 emitted += await self._emit(conn, row, catch_up)
+        # Materialized schedules whose run started (or vanished) without its next run made, by
+        # a worker that died or lost the database at that moment: make it now.
+        for row in await self._db.fetch("stranded_schedules", self._registry.names()):
+            await self._advance(row["name"], row["pending_job_id"])
         return emitted
 
     async def _emit(self, conn: Any, row: Any, catch_up: bool) -> int:
@@ -248,11 +376,7 @@ class Schedules:
                 row["kind"],
                 jsonvalue.loads(row["payload"]),
                 **job_options,
-                job_key=(
-                    f"schedule:{row['name']}:{tick.isoformat()}"
-                    if key_prefix is None
-                    else f"{key_prefix}{int(tick.timestamp() * 1000)}"
-                ),
+                job_key=_run_key(row["name"], key_prefix, tick),
             )
             try:
                 await insert_one(self._db, prepare(spec, self._registry), conn)
@@ -282,6 +406,13 @@ class Schedules:
         return None if value is None else float(value)
 
 
+def _run_key(name: str, key_prefix: str | None, tick: datetime) -> str:
+    """The job key of a schedule's run at ``tick``: one job per tick, whoever emits it."""
+    if key_prefix is None:
+        return f"schedule:{name}:{tick.isoformat()}"
+    return f"{key_prefix}{int(tick.timestamp() * 1000)}"
+
+
 def _schedule(row: Any) -> Schedule:
     return Schedule(
         name=row["name"],
@@ -297,6 +428,8 @@ def _schedule(row: Any) -> Schedule:
         next_run_at=row["next_run_at"],
         last_run_at=row["last_run_at"],
         options=jsonvalue.loads(row["options"]),
+        materialized=row["materialized"],
+        pending_job_id=row["pending_job_id"],
     )
 
 

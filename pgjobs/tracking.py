@@ -27,6 +27,15 @@ from pgjobs.models import (
 from pgjobs.sql import filters
 
 Granularity = Literal["minute", "hour", "day"]
+JobOrder = Literal["created", "claim", "due", "started", "finished"]
+ORDERS: dict[str, tuple[str, str]] = {
+    # order: (first to last, last to first); every one ends on the id, so a page is stable
+    "created": ("j.id", "j.id DESC"),
+    "claim": ("j.priority DESC, j.run_at, j.id", "j.priority, j.run_at DESC, j.id DESC"),
+    "due": ("j.run_at, j.id", "j.run_at DESC, j.id DESC"),
+    "started": ("j.started_at NULLS LAST, j.id", "j.started_at DESC NULLS LAST, j.id DESC"),
+    "finished": ("j.finished_at NULLS LAST, j.id", "j.finished_at DESC NULLS LAST, j.id DESC"),
+}
 MAX_PAGE = 1000
 MAX_BUCKETS = 50_000
 _STEP = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1)}
@@ -87,13 +96,25 @@ class Tracking:
         return counts
 
     async def list_jobs(
-        self, where: JobFilter, *, limit: int = 50, offset: int = 0, oldest_first: bool = False
+        self,
+        where: JobFilter,
+        *,
+        limit: int = 50,
+        offset: int = 0,
+        oldest_first: bool = False,
+        order: JobOrder = "created",
     ) -> list[JobRow]:
-        """A page of jobs matching ``where``, newest first (or oldest first)."""
+        """A page of jobs matching ``where``: by ``order``, newest (or last) first unless
+        ``oldest_first``. Orders: ``created`` (insertion), ``claim`` (the order workers take
+        them: priority, due time, id; ``oldest_first`` is the next to run first), ``due`` (run
+        time), ``started``, ``finished``."""
         limit, offset = _page(limit, offset)
-        sql, params = filters.where(where, 4, "j", self._db.schema)
+        if order not in ORDERS:
+            raise InvalidOption("order", f"must be one of {sorted(ORDERS)}, got {order!r}")
+        sql, params = filters.where(where, 3, "j", self._db.schema)
+        ordering = ORDERS[order][0 if oldest_first else 1]
         rows = await self._db.fetch(
-            "list_jobs", oldest_first, offset, limit, *params, parts={"where": sql}
+            "list_jobs", offset, limit, *params, parts={"where": sql, "order": ordering}
         )
         return [job_row(row) for row in rows]
 

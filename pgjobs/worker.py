@@ -18,7 +18,7 @@ import asyncpg
 from pgjobs import jsonvalue, runner
 from pgjobs.claimer import Claimer
 from pgjobs.completer import Completer
-from pgjobs.config import notify_channel
+from pgjobs.config import cancels_channel, notify_channel
 from pgjobs.context import JobContext
 from pgjobs.errors import InvalidOption
 from pgjobs.executor import TRANSIENT_ERRORS, Database
@@ -27,6 +27,7 @@ from pgjobs.lease import LeaseKeeper
 from pgjobs.notifier import Notifier
 from pgjobs.outcomes import Outcome
 from pgjobs.retrying import retry_delay, wait_or_stop
+from pgjobs.schedules import Schedules
 
 logger = logging.getLogger("pgjobs.worker")
 
@@ -44,6 +45,9 @@ WorkerEvent = str
 refused: the job had been taken over)."""
 
 EventListener = Callable[[WorkerEvent, JobContext, dict[str, Any]], Any]
+RescueListener = Callable[[list[asyncpg.Record]], Any]
+"""Called with the jobs a rescue of this worker put back or failed: id, status (``pending``
+or ``dead``), queue, job_key."""
 
 
 @dataclass(slots=True)
@@ -91,6 +95,7 @@ class Worker:
         shutdown_timeout: float = DEFAULT_SHUTDOWN_SECONDS,
         on_event: EventListener | None = None,
         claim_ahead: int | None = None,
+        on_rescue: RescueListener | None = None,
     ) -> None:
         handled = [kind for kind in registry if kind.handler is not None]
         if not handled:
@@ -141,14 +146,19 @@ class Worker:
             on_rescued=self._count_rescued,
         )
         self._stopping = asyncio.Event()
+        self._finished = asyncio.Event()
+        self._finished.set()  # not running
         self._paused = False
         self._running: dict[int, tuple[JobContext, asyncio.Task[None]]] = {}
         self._ahead: deque[tuple[JobContext, asyncpg.Record]] = deque()  # claimed, not started
         self._tasks: set[asyncio.Task[None]] = set()
         self._releasing = False
+        self._abandoning = False
         self._completer = Completer(db, self._lost)
+        self._schedules = Schedules(db, registry)
         self._main: asyncio.Task[None] | None = None
         self._on_event = on_event
+        self._on_rescue = on_rescue
 
     @property
     def lease(self) -> float:
@@ -177,9 +187,19 @@ class Worker:
         these queues and kinds is running or pending with its prerequisites met (delayed ones
         included: the worker waits for them). A missing or outdated schema raises SchemaMissing;
         a database that cannot be reached at start is retried (logged) until it answers."""
+        self._finished.clear()
+        try:
+            await self._run(until_drained)
+        finally:
+            self._finished.set()
+
+    async def _run(self, until_drained: bool) -> None:
         if not await self._schema_checked():
             return  # stopped while waiting for the database
-        notifier = Notifier(self._db, self._channel, self._on_notify)
+        notifier = Notifier(
+            self._db,
+            {self._channel: self._on_notify, cancels_channel(self._db.schema): self._on_cancel},
+        )
         self._completer.start()
         await notifier.start()
         self._leases.start()
@@ -212,17 +232,22 @@ class Worker:
         self._main = asyncio.create_task(self.run(), name="pgjobs-worker")
         return self._main
 
-    async def stop(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+    async def stop(self, timeout: float | None = None, *, release: bool = True) -> None:  # noqa: ASYNC109
         """Stop claiming; let running handlers finish for up to ``timeout`` seconds (default
         ``shutdown_timeout``), then put the rest back to pending without using an attempt
-        (keeping their place in the queue)."""
+        (keeping their place in the queue). With ``release=False`` the rest are abandoned as a
+        killed worker would leave them: running until their lease ends, then rescued as
+        stalled (BullMQ's ``close(force)``). Returns once ``run()`` has returned, however it
+        was started: every outcome is written by then."""
         if timeout is not None:
             self.shutdown_timeout = timeout
+        self._abandoning = not release
         self._stopping.set()
         self._claimer.wake.set()
         if self._main is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._main
+        await self._finished.wait()
 
     async def pause(self, *, wait_for_running: bool = True) -> None:
         """Stop claiming (running handlers go on); with ``wait_for_running``, return once they
@@ -248,6 +273,23 @@ class Worker:
         if queue is None or queue in self.queues:
             self._claimer.wake.set()
 
+    def _on_cancel(self, job_id: str | None) -> None:
+        """A job was cancelled or purged while running: tell its handler now."""
+        if job_id is not None and job_id.isdigit():
+            self.cancel_job(int(job_id), "cancelled")
+
+    def cancel_job(self, job_id: int, reason: Any = None) -> bool:
+        """Signal the handler of ``job_id``, if this worker runs it, to stop (``ctx.cancelled``,
+        ``ctx.cancel_reason``); True if it did. Nothing is written: what becomes of the job is
+        what the handler does next (a job cancelled through ``JobQueue.cancel`` is already
+        cancelled, and its late outcome is a fenced no-op)."""
+        running = self._running.get(job_id)
+        return running is not None and running[0].cancel(reason)
+
+    def cancel_all_jobs(self, reason: Any = None) -> int:
+        """``cancel_job`` for every handler this worker runs; how many were signalled."""
+        return sum(ctx.cancel(reason) for ctx, _ in list(self._running.values()))
+
     def free(self) -> int:
         return self.concurrency - len(self._running)
 
@@ -261,7 +303,28 @@ class Worker:
         for row in rows:
             self.stats.claimed += 1
             self._ahead.append((JobContext(self._db, row, self.lease), row))
+        scheduled = [row for row in rows if row["schedule"] is not None]
+        if scheduled:  # runs of materialized schedules: enqueue their next runs
+            task = asyncio.create_task(self._advance_schedules(scheduled))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         self.fill()
+
+    async def _advance_schedules(self, rows: list[asyncpg.Record]) -> None:
+        failures = 0
+        while True:
+            try:
+                await self._schedules.started(rows)
+                return
+            except TRANSIENT_ERRORS as exc:
+                failures += 1
+                if failures >= 5:  # a scheduler loop repairs it (Schedules.emit_due)
+                    logger.error("could not enqueue the next run of a schedule: %s", exc)
+                    return
+                await asyncio.sleep(retry_delay(failures))
+            except Exception:
+                logger.exception("could not enqueue the next run of a schedule")
+                return
 
     def fill(self) -> None:
         """Start claimed jobs, best first, while slots are free."""
@@ -316,8 +379,10 @@ class Worker:
         try:
             outcome = await runner.run(kind, row["payload"], row["backoff"], ctx)
         except asyncio.CancelledError:
-            # Cancelled by stop() past its timeout (release it) or by a lost heartbeat (drop it).
-            outcome = None if ctx.lost or not self._releasing else _given_back(ctx)
+            # Cancelled by stop() past its timeout (release it, unless abandoning) or by a lost
+            # heartbeat (drop it).
+            releasing = self._releasing and not self._abandoning
+            outcome = None if ctx.lost or not releasing else _given_back(ctx)
         finally:
             self._claimer.record_run(time.monotonic() - started)
             self._running.pop(ctx.id, None)
@@ -397,8 +462,17 @@ class Worker:
             self.stats.lost += 1
             logger.warning("job %s: lost ownership before it started", ctx.id)
 
-    def _count_rescued(self, rescued: int) -> None:
-        self.stats.rescued += rescued
+    def _count_rescued(self, rescued: list[asyncpg.Record]) -> None:
+        self.stats.rescued += len(rescued)
+        if self._on_rescue is not None:
+            try:
+                result = self._on_rescue(rescued)
+                if asyncio.iscoroutine(result):
+                    task = asyncio.ensure_future(result)
+                    self._tasks.add(task)
+                    task.add_done_callback(self._listener_done)
+            except Exception:
+                logger.exception("on_rescue listener failed")
 
 
 def _given_back(ctx: JobContext) -> Outcome:

@@ -66,6 +66,8 @@ _JOB_RULES: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "finished_after": ("{a}.finished_at >= {p}::timestamptz", _time("finished_after")),
     "finished_before": ("{a}.finished_at < {p}::timestamptz", _time("finished_before")),
     "priority": ("{a}.priority = {p}::int", validation.priority),
+    "min_priority": ("{a}.priority >= {p}::int", validation.priority),
+    "max_priority": ("{a}.priority <= {p}::int", validation.priority),
     "job_key": ("{a}.job_key = {p}::text", _text("job_key")),
     "ids": ("{a}.id = ANY({p}::bigint[])", lambda v: [_int("ids", 1, 2**63 - 1)(i) for i in v]),
     # keyset paging: list_jobs(oldest_first=True) with after_id = the last id of the page read

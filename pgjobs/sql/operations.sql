@@ -16,8 +16,8 @@ ORDER BY id;
 SELECT pg_notify($2, q) FROM unnest($1::text[]) AS q;
 
 -- name: requeue_where
--- A manual re-drive of finished jobs matching {where}: a new life cycle (attempts and deferrals
--- reset, due now). A job whose dedup key another in-flight job holds is skipped, and of several
+-- A manual re-drive of finished jobs matching {where}: due now, and a new life cycle (attempts,
+-- deferrals and stalls reset) unless $1 is false (they are kept: the next run counts on). A job whose dedup key another in-flight job holds is skipped, and of several
 -- matching jobs sharing a key only the newest is re-driven. Blocked edges it failed stay
 -- counted and are reopened. The job's own count of open prerequisites is kept as it is: it is
 -- exact in every status (resolve_dependents keeps it whatever the dependent's status).
@@ -39,8 +39,11 @@ one_per_key AS (
 ),
 redriven AS (
     UPDATE {schema}.jobs j
-    SET status = 'pending', attempts = 0, deferrals = 0, stalls = 0, run_at = now(),
-        finished_at = NULL, lock_token = NULL, locked_until = NULL
+    SET status = 'pending', run_at = now(), finished_at = NULL, lock_token = NULL,
+        locked_until = NULL,
+        attempts = CASE WHEN $1::bool THEN 0 ELSE j.attempts END,
+        deferrals = CASE WHEN $1::bool THEN 0 ELSE j.deferrals END,
+        stalls = CASE WHEN $1::bool THEN 0 ELSE j.stalls END
     FROM one_per_key o WHERE j.id = o.id
     RETURNING j.id, j.queue
 ),
@@ -86,14 +89,29 @@ trimmed AS (
       AND l.seq NOT IN (SELECT seq FROM {schema}.job_logs
                         WHERE job_id = $1 ORDER BY seq DESC LIMIT greatest($5::int - 1, 0))
 )
-SELECT count(*) FROM added;
+-- The lines the log holds now (0: no such job): those seen before this statement, plus the
+-- new one, at most $5.
+SELECT CASE WHEN EXISTS (SELECT FROM added)
+            THEN least((SELECT count(*) FROM {schema}.job_logs WHERE job_id = $1) + 1,
+                       coalesce($5::int, 2147483647))
+            ELSE 0 END;
 
 -- name: append_log_fenced
--- Append a log line for a running job, only while lock token $2 still owns it.
+-- Append a log line for a running job, only while lock token $2 still owns it; the lines the
+-- log holds now (none: not owned).
 WITH job AS (
     SELECT id FROM {schema}.jobs WHERE id = $1 AND lock_token = $2 AND status = 'running'
+),
+added AS (
+    INSERT INTO {schema}.job_logs (job_id, line) SELECT id, $3 FROM job RETURNING seq
 )
-INSERT INTO {schema}.job_logs (job_id, line) SELECT id, $3 FROM job RETURNING seq;
+SELECT (SELECT count(*) FROM {schema}.job_logs WHERE job_id = $1) + 1 FROM added;
+
+-- name: set_progress_unfenced
+-- An operator's progress write on job $1 (tenant $2, or any with $3): $4. Returns the id.
+UPDATE {schema}.jobs SET progress = $4::text::jsonb
+WHERE id = $1 AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text)
+RETURNING id;
 
 -- name: read_logs
 -- Log lines of job $1 (tenant-scoped), oldest first, paginated; with the total count.

@@ -75,7 +75,7 @@ ORDER BY src.ord;
 -- outcomes stay durable.
 SELECT c.id, c.queue, c.kind, c.name, c.payload, c.priority, c.run_at, c.attempts,
        c.max_attempts, c.deferrals, c.max_deferrals, c.backoff, c.lock_token, c.tenant,
-       c.metadata, c.flow_id, c.progress, c.job_key, c.created_at
+       c.metadata, c.flow_id, c.progress, c.job_key, c.created_at, c.schedule
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
      LATERAL {schema}.claim_jobs($1::text[], $2::text[], $3::int, $4::float8, $5::int) AS c;
 
@@ -156,7 +156,7 @@ RETURNING j.id;
 -- name: rescue_stalled
 -- Put back up to $1 running jobs whose lease ended (sql/schema/rescue_stalled_jobs.sql);
 -- wakes their queues on channel $2 and resolves the dependents of those that died.
-SELECT id, status FROM {schema}.rescue_stalled_jobs($1::int, $2::text);
+SELECT id, status, queue, job_key FROM {schema}.rescue_stalled_jobs($1::int, $2::text);
 
 -- name: set_progress
 -- Fenced progress write; also a heartbeat. Returns the id when still owned.

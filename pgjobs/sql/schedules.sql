@@ -1,35 +1,71 @@
 -- Schedules: cron or interval, typed, upserted by name. Emission is decided by locking due rows
 -- with SKIP LOCKED and advancing next_run_at in the transaction that enqueues the job; the
 -- emitted job also carries a job key made of the schedule name and tick, so even a replayed
--- emission cannot make a second job for one tick.
+-- emission cannot make a second job for one tick. A materialized schedule (migration 0013)
+-- instead keeps its next run as a pending job, replaced under the schedule's row lock.
 
 -- name: upsert_schedule
 INSERT INTO {schema}.schedules AS s (name, kind, payload, options, cron, every_seconds, timezone,
-                                     start_at, end_at, emission_limit, next_run_at, emitted)
-VALUES ($1, $2, $3::text::jsonb, $4::text::jsonb, $5, $6, $7, $8, $9, $10, $11, $13)
+                                     start_at, end_at, emission_limit, next_run_at, emitted,
+                                     materialized)
+VALUES ($1, $2, $3::text::jsonb, $4::text::jsonb, $5, $6, $7, $8, $9, $10, $11, $13, $14)
 ON CONFLICT (name) DO UPDATE SET
     kind = excluded.kind, payload = excluded.payload, options = excluded.options,
     cron = excluded.cron, every_seconds = excluded.every_seconds, timezone = excluded.timezone,
     start_at = excluded.start_at, end_at = excluded.end_at,
-    emission_limit = excluded.emission_limit,
+    emission_limit = excluded.emission_limit, materialized = excluded.materialized,
     next_run_at = CASE WHEN s.emission_limit IS NULL OR excluded.emission_limit IS NULL
                             OR s.emitted < excluded.emission_limit
                        THEN excluded.next_run_at END,
     updated_at = now()
-RETURNING name, next_run_at, (xmax = 0) AS created, pg_notify($12, '');
+RETURNING name, next_run_at, emitted, pending_job_id, (xmax = 0) AS created,
+          pg_notify($12, '');
 
 -- name: list_schedules
 SELECT name, kind, payload, options, cron, every_seconds, timezone, start_at, end_at,
-       emission_limit, emitted, next_run_at, last_run_at
+       emission_limit, emitted, next_run_at, last_run_at, materialized, pending_job_id
 FROM {schema}.schedules ORDER BY name;
 
 -- name: get_schedule
 SELECT name, kind, payload, options, cron, every_seconds, timezone, start_at, end_at,
-       emission_limit, emitted, next_run_at, last_run_at
+       emission_limit, emitted, next_run_at, last_run_at, materialized, pending_job_id
 FROM {schema}.schedules WHERE name = $1;
 
+-- name: lock_schedule
+-- A schedule, locked until the transaction ends (advancing or replacing its pending run).
+SELECT name, kind, payload, options, cron, every_seconds, timezone, start_at, end_at,
+       emission_limit, emitted, next_run_at, last_run_at, materialized, pending_job_id,
+       now() AS db_now
+FROM {schema}.schedules WHERE name = $1
+FOR UPDATE;
+
+-- name: set_pending_run
+-- The materialized schedule $1 now waits on job $2 for its run at $3 (both NULL: no run left);
+-- $4 iterations were added; $5, when given, is the run just started.
+UPDATE {schema}.schedules
+SET pending_job_id = $2, next_run_at = $3, emitted = emitted + $4,
+    last_run_at = coalesce($5, last_run_at), updated_at = now()
+WHERE name = $1;
+
+-- name: mark_schedule_run
+-- Job $1 is a run of materialized schedule $2 (the worker that starts it creates the next).
+UPDATE {schema}.jobs SET schedule = $2 WHERE id = $1;
+
+-- name: remove_unstarted_job
+-- Delete job $1 if it has not started (a pending run replaced by an upsert).
+DELETE FROM {schema}.jobs WHERE id = $1 AND status = 'pending' AND attempts = 0 RETURNING id;
+
 -- name: remove_schedule
-DELETE FROM {schema}.schedules WHERE name = $1 RETURNING name;
+-- Remove schedule $1 and, for a materialized one, its pending run unless it has started.
+WITH removed AS (
+    DELETE FROM {schema}.schedules WHERE name = $1 RETURNING name, pending_job_id
+),
+unstarted AS (
+    DELETE FROM {schema}.jobs j USING removed r
+    WHERE j.id = r.pending_job_id AND j.status = 'pending' AND j.attempts = 0
+    RETURNING j.id
+)
+SELECT name, (SELECT count(*) FROM unstarted) AS runs_removed FROM removed;
 
 -- name: due_schedules
 -- Lock due schedules of the kinds $2 this emitter knows; another emitter running at the same
@@ -38,6 +74,7 @@ SELECT name, kind, payload, options, cron, every_seconds, timezone, start_at, en
        emission_limit, emitted, next_run_at, now() AS db_now
 FROM {schema}.schedules
 WHERE next_run_at IS NOT NULL AND next_run_at <= now() AND kind = ANY($2::text[])
+  AND NOT materialized
 ORDER BY next_run_at
 LIMIT $1
 FOR UPDATE SKIP LOCKED;
@@ -49,4 +86,12 @@ WHERE name = $1;
 
 -- name: next_schedule_due
 SELECT extract(epoch FROM min(next_run_at) - now())::float8 FROM {schema}.schedules
-WHERE next_run_at IS NOT NULL;
+WHERE next_run_at IS NOT NULL AND NOT materialized;
+
+-- name: stranded_schedules
+-- Materialized schedules of kinds $1 whose pending run has started, finished or vanished
+-- without the next run being made (the worker that started it died meanwhile).
+SELECT s.name, s.pending_job_id FROM {schema}.schedules s
+LEFT JOIN {schema}.jobs j ON j.id = s.pending_job_id
+WHERE s.materialized AND s.pending_job_id IS NOT NULL AND s.kind = ANY($1::text[])
+  AND (j.id IS NULL OR j.status <> 'pending');

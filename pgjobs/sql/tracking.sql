@@ -15,13 +15,13 @@ WHERE j.finished_at IS NOT NULL AND {where}
 GROUP BY j.status;
 
 -- name: list_jobs
--- A page of jobs matching {where}, newest first ($1 false) or oldest first ($1 true).
-SELECT {job_columns},
-       {schema}.sub_state(j.status, j.pending_deps, j.run_at, j.attempts) AS sub_state
+-- A page ($1 offset, $2 limit) of jobs matching {where}, in the order {order} (one of
+-- tracking.ORDERS: insertion, claim order, due time, start or finish time, either way).
+SELECT {job_columns}
 FROM {schema}.jobs j
 WHERE {where}
-ORDER BY CASE WHEN $1::bool THEN j.id END ASC, CASE WHEN NOT $1::bool THEN j.id END DESC
-OFFSET $2 LIMIT $3;
+ORDER BY {order}
+OFFSET $1 LIMIT $2;
 
 -- name: queue_stats
 -- Per queue: counts per sub-state, and its settings.

@@ -24,8 +24,7 @@ def test_a_queue_name_cannot_contain_a_colon(opts: dict[str, Any]) -> None:
     "p:b") would be one queue."""
     with pytest.raises(InvalidOption, match="Queue name cannot contain :"):
         Queue("b:c", {**opts, "prefix": "p"})
-    with pytest.raises(InvalidOption, match="Queue name must be provided"):
-        Queue("", opts)
+    assert Queue("", opts).qualifiedName == "bull:"  # the Python package accepts it
 
 
 async def test_queues_whose_prefixes_differ_never_share_jobs(opts: dict[str, Any]) -> None:

@@ -198,7 +198,7 @@ async def test_process_step_jobs_with_waiting_children(opts: dict) -> None:
     assert finished is not None and finished.returnvalue == 300
     assert finished.attemptsMade == 1  # waiting for children used no attempt
     assert seen == [("initial", 0), ("second", 0)]
-    with pytest.raises(RuntimeError, match="Missing key for parent"):
+    with pytest.raises(TypeError, match=r"Missing key for parent job bull:steps:nope\. addJob"):
         await children.add("orphan", {}, {"parent": {"id": "nope", "queue": "bull:steps"}})
     await parents.close()
     await children.close()

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from zoneinfo import ZoneInfoNotFoundError
 
 import pytest
+from croniter import CroniterBadCronError
 
 from bullmq_compat import Queue, Worker
 from pgjobs import JobQueue
@@ -67,12 +69,17 @@ async def test_node_template_cron_listing_and_removal(opts: dict) -> None:
     assert listed[1]["pattern"] == "0 3 * * *" and listed[1]["tz"] == "Europe/Paris"
     assert listed[1]["name"] == "report" and await queue.getJobSchedulersCount() == 2
     assert await Queue("other-crons", opts).getJobSchedulers() == []
-    assert await queue.removeJobScheduler("nightly") is True  # BullMQ's documented result
-    assert await queue.removeJobScheduler("nightly") is False
-    with pytest.raises(ValueError, match="cron"):
+    # The Python package's values: 0 when it removed one, 1 when there was none.
+    assert await queue.removeJobScheduler("nightly") == 0
+    assert await queue.removeJobScheduler("nightly") == 1
+    with pytest.raises(CroniterBadCronError):  # as the package raises it, at upsert
         await queue.upsertJobScheduler("bad", {"pattern": "every tuesday"})
-    with pytest.raises(ValueError, match="exactly one"):
+    with pytest.raises(ZoneInfoNotFoundError):
+        await queue.upsertJobScheduler("bad", {"pattern": "* * * * *", "tz": "Not/AZone"})
+    with pytest.raises(ValueError, match=r"Both \.pattern and \.every"):
         await queue.upsertJobScheduler("bad", {"every": 10, "pattern": "* * * * *"})
+    with pytest.raises(ValueError, match=r"Either \.pattern or \.every"):
+        await queue.upsertJobScheduler("bad", {})
     with pytest.raises(ValueError, match="jobId"):
         await queue.upsertJobScheduler("bad", {"every": 1000}, "x", {}, {"jobId": "fixed"})
     await queue.close()

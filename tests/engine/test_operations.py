@@ -275,7 +275,7 @@ async def test_promote_update_payload_change_priority(jobs: JobQueue, kinds) -> 
 
 
 async def test_logs_append_trim_read_and_fence(jobs: JobQueue, registry: Registry) -> None:
-    logged: list[bool] = []
+    logged: list[int] = []
 
     @registry.kind("chatty", input=Item)
     async def chatty(ctx: JobContext, item: Item) -> None:
@@ -285,12 +285,12 @@ async def test_logs_append_trim_read_and_fence(jobs: JobQueue, registry: Registr
     result = await jobs.enqueue("chatty", {})
     await jobs.worker().run(until_drained=True)
     for i in range(3, 8):
-        assert await jobs.append_log(result.id, f"line {i}", keep_last=4)
+        assert await jobs.append_log(result.id, f"line {i}", keep_last=4) == min(i + 1, 4)
     page = await jobs.read_logs(result.id, offset=1, limit=2)
     assert page.total == 4 and [line.line for line in page.lines] == ["line 5", "line 6"]
     everything = await jobs.read_logs(result.id)
     assert [line.line for line in everything.lines] == ["line 4", "line 5", "line 6", "line 7"]
-    assert logged == [True, True, True]
+    assert logged == [1, 2, 3]  # the lines the log holds after each
     assert not await jobs.append_log(10**9, "nobody")
 
 

@@ -197,3 +197,90 @@ async def test_job_name_labels_emitted_jobs_without_renaming_the_schedule(
     assert [s.name for s in await jobs.list_schedules()] == ["sched"]
     assert await jobs.emit_due_schedules() == 1
     assert [e["name"] for e in await emitted_jobs(jobs)] == ["custom"]
+
+
+async def _pending_runs(jobs: JobQueue, name: str) -> list[dict]:
+    rows = await jobs.db.pool.fetch(
+        f"SELECT id, job_key, run_at, status FROM {jobs.schema}.jobs"
+        " WHERE schedule = $1 AND status = 'pending' ORDER BY id",
+        name,
+    )
+    return [dict(r) for r in rows]
+
+
+async def test_a_materialized_schedule_keeps_its_next_run_as_a_job(jobs: JobQueue, report) -> None:
+    """Upserting enqueues the first run; starting a run enqueues the next; re-upserting
+    replaces a run that has not started: there is always exactly one pending run."""
+    await jobs.upsert_schedule(
+        "hourly", "report", {"account": 1}, every=3600, immediately=True, materialize=True,
+        job_key_prefix="repeat:hourly:",
+    )
+    (first,) = await _pending_runs(jobs, "hourly")
+    schedule = await jobs.get_schedule("hourly")
+    assert schedule.materialized and schedule.pending_job_id == first["id"]
+    assert schedule.emitted == 1 and first["job_key"].startswith("repeat:hourly:")
+    assert await jobs.emit_due_schedules() == 0  # the emitter leaves it to the workers
+
+    (run,) = await jobs.claim(["reports"])  # due now: the first run starts...
+    assert run.id == first["id"]
+    (second,) = await _pending_runs(jobs, "hourly")  # ...and the next one exists
+    tick = int(second["job_key"].rsplit(":", 1)[1]) - int(first["job_key"].rsplit(":", 1)[1])
+    assert tick == 3_600_000
+    assert (await jobs.get_schedule("hourly")).emitted == 2
+    assert await run.complete("done")
+
+    await jobs.upsert_schedule(
+        "hourly", "report", {"account": 2}, every=1800, materialize=True,
+        job_key_prefix="repeat:hourly:",
+    )
+    (replaced,) = await _pending_runs(jobs, "hourly")
+    assert replaced["id"] != second["id"] and (await jobs.get(second["id"])) is None
+    assert (await jobs.get(replaced["id"])).payload == {"account": 2}
+    assert (await jobs.get_schedule("hourly")).emitted == 2  # replaced, not added
+
+    assert await jobs.remove_schedule("hourly")
+    assert await _pending_runs(jobs, "hourly") == []
+
+
+async def test_a_materialized_schedule_stops_at_its_limit(jobs: JobQueue, report) -> None:
+    await jobs.upsert_schedule(
+        "twice", "report", {"account": 1}, every=1, immediately=True, limit=2, materialize=True
+    )
+    for expected in (1, 0):
+        (run,) = await eventually(lambda: jobs.claim(["reports"]))
+        assert await run.complete(None)
+        assert len(await _pending_runs(jobs, "twice")) == expected
+    schedule = await jobs.get_schedule("twice")
+    assert schedule.emitted == 2 and schedule.pending_job_id is None
+    assert schedule.next_run_at is None
+
+
+async def test_a_run_started_twice_makes_one_next_run(jobs: JobQueue, report) -> None:
+    """A run whose worker died is rescued and started again: the next run is made once."""
+    await jobs.upsert_schedule(
+        "once", "report", {"account": 1}, every=600, immediately=True, materialize=True
+    )
+    (run,) = await jobs.claim(["reports"], lease=60)
+    await jobs.pool.execute(
+        f"UPDATE {jobs.schema}.jobs SET locked_until = now() - interval '1 s' WHERE id = $1",
+        run.id,
+    )
+    await jobs.db.fetch("rescue_stalled", 10, "unused")
+    (again,) = await jobs.claim(["reports"])
+    assert again.id == run.id
+    assert len(await _pending_runs(jobs, "once")) == 1
+    assert (await jobs.get_schedule("once")).emitted == 2
+
+
+async def test_a_run_started_without_its_next_run_is_repaired(jobs: JobQueue, report) -> None:
+    """The worker that started the run died before making the next one: a scheduler loop
+    makes it."""
+    await jobs.upsert_schedule(
+        "repair", "report", {"account": 1}, every=600, immediately=True, materialize=True
+    )
+    rows = await jobs.db.fetch("claim", ["reports"], ["report"], 1, 30.0, 0)  # no hook
+    assert len(rows) == 1 and await _pending_runs(jobs, "repair") == []
+    await jobs.emit_due_schedules()
+    assert len(await _pending_runs(jobs, "repair")) == 1
+    await jobs.emit_due_schedules()
+    assert len(await _pending_runs(jobs, "repair")) == 1

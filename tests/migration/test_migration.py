@@ -133,7 +133,7 @@ async def test_every_state_migrates_and_reads_back_through_the_facade(
     assert sorted(report.queues) == sorted(f"{prefix}:{q}" for q in ("kids", "kids2", "main",
                                                                       "paused"))  # fmt: skip
     counts = report.plan.counts[f"{prefix}:main"]  # type: ignore[union-attr]
-    assert counts == {"completed": 1, "failed": 1, "delayed": 2, "waiting": 10,
+    assert counts == {"completed": 1, "failed": 1, "delayed": 2, "waiting": 11,
                       "prioritized": 2, "waiting-children": 1}, counts  # fmt: skip
     conn = {"connection": target, "prefix": prefix}
     main = bullmq_compat.Queue("main", conn)
@@ -168,10 +168,15 @@ async def test_every_state_migrates_and_reads_back_through_the_facade(
     assert raw == {"s": "a\x00b"}
     assert any(ids["nul"] in w and "jsonb" in w for w in report.plan.warnings)  # type: ignore[union-attr]
     assert any(ids["surrogate"] in w for w in report.plan.warnings)  # type: ignore[union-attr]
-    # the scheduler is a schedule; its pending iteration is its next run, not a job
+    # the scheduler is a schedule whose pending iteration came across as that job: same id,
+    # waiting (BullMQ's first `every` iteration is due at once), its template's data
     schedule = await target.get_schedule(f"{prefix}:main:tick")
     assert schedule is not None and schedule.every == HOUR_MS / 1000
-    assert not [j for j in await main.getJobs() if str(j.id).startswith("repeat:tick:")]
+    iterations = [j for j in await main.getJobs() if str(j.id).startswith("repeat:tick:")]
+    pending = [i for i in expected_order if i.startswith("repeat:tick:")]
+    assert [j.id for j in iterations] == pending and len(pending) == 1
+    assert iterations[0].data == {"t": 1} and await iterations[0].getState() == "waiting"
+    assert schedule.pending_job_id == iterations[0].engine_id
     # dedup keys hold in the engine: simple (in flight) and throttle (absolute expiry)
     assert (await main.add("dedup", {}, {"deduplication": {"id": "dd"}})).id == ids["dedup"]
     again = await main.add("throttle", {}, {"deduplication": {"id": "th", "ttl": 1000}})

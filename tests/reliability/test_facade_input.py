@@ -23,7 +23,7 @@ BAD_OPTS: list[tuple[dict[str, Any], str]] = [
     ({"delay": 10**16}, "delay"),  # milliseconds, named as BullMQ names them
     ({"attempts": -1}, "attempts"),
     ({"attempts": 2.5}, "attempts"),
-    ({"backoff": {"type": "custom"}}, "backoff.type"),
+    ({"backoff": {"type": 7}}, "backoff.type"),
     ({"backoff": {"type": "fixed", "delay": -5}}, "backoff.delay"),
     ({"backoff": {"type": "fixed", "delay": 10, "jitter": 3}}, "backoff.jitter"),
     ({"backoff": "fast"}, "backoff"),

@@ -56,7 +56,8 @@ async def state(pool: asyncpg.Pool, schema: str) -> dict[str, Any]:
         f"SELECT j.job_key, l.line FROM {schema}.job_logs l JOIN {schema}.jobs j ON j.id = l.job_id"
     )
     schedules = await pool.fetch(
-        f"SELECT to_jsonb(s) - 'created_at' - 'updated_at' AS row FROM {schema}.schedules s"
+        f"SELECT to_jsonb(s) - 'created_at' - 'updated_at' - 'pending_job_id' AS row"
+        f" FROM {schema}.schedules s"
     )
     holds = await pool.fetch(
         f"SELECT h.queue, h.key, j.job_key, extract(epoch FROM h.expires_at)::float8"

@@ -8,14 +8,17 @@
 -- max_stalls times (BullMQ's maxStalledCount). Either way a job put back keeps its run_at, so
 -- it resumes its place in the claim order (BullMQ likewise pushes a stalled job to the front
 -- of `wait`). Jobs that died resolve their dependents; the queues of jobs put back are woken.
+-- Returns each job rescued: id, the status it was given, its queue and job key.
 --
 -- SKIP LOCKED: a row another transaction holds (its worker writing the outcome right now, a
 -- cancel, a purge) is left to it; the fenced outcome wins or finds the token gone.
 CREATE OR REPLACE FUNCTION {schema}.rescue_stalled_jobs(p_limit int, p_channel text)
-RETURNS TABLE (id bigint, status text) LANGUAGE plpgsql AS $fn$
+RETURNS TABLE (id bigint, status text, queue text, job_key text) LANGUAGE plpgsql AS $fn$
 DECLARE
     ids      bigint[];
     statuses text[];
+    rqueues  text[];
+    keys     text[];
     died     bigint[];
     queues   text[];
 BEGIN
@@ -52,18 +55,20 @@ BEGIN
                                       ' heartbeating', j.attempts)) END
         FROM stalled s
         WHERE j.id = s.id
-        RETURNING j.id, j.status, j.queue, j.flow_id
+        RETURNING j.id, j.status, j.queue, j.flow_id, j.job_key
     )
     SELECT coalesce(array_agg(r.id ORDER BY r.id), '{}'),
            coalesce(array_agg(r.status ORDER BY r.id), '{}'),
+           coalesce(array_agg(r.queue ORDER BY r.id), '{}'),
+           coalesce(array_agg(r.job_key ORDER BY r.id), '{}'),
            coalesce(array_agg(r.id) FILTER (WHERE r.status = 'dead' AND r.flow_id IS NOT NULL), '{}'),
            coalesce(array_agg(DISTINCT r.queue) FILTER (WHERE r.status = 'pending'), '{}')
-    INTO ids, statuses, died, queues
+    INTO ids, statuses, rqueues, keys, died, queues
     FROM rescued r;
     PERFORM pg_notify(p_channel, q) FROM unnest(queues) AS q;
     IF cardinality(died) > 0 THEN
         PERFORM {schema}.wake_dependents(died, false, p_channel);
     END IF;
-    RETURN QUERY SELECT * FROM unnest(ids, statuses);
+    RETURN QUERY SELECT * FROM unnest(ids, statuses, rqueues, keys);
 END
 $fn$;

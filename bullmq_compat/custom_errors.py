@@ -1,4 +1,5 @@
-"""BullMQ's error classes. A processor raises them; the worker maps them to engine signals."""
+"""BullMQ's error classes (``bullmq.custom_errors``). A processor raises them; the worker maps
+them to engine signals."""
 
 from __future__ import annotations
 
