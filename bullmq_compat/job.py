@@ -21,6 +21,9 @@ from bullmq_compat.mapping import (
     to_bullmq_priority,
     to_engine_priority,
 )
+from bullmq_compat.mapping import (
+    milliseconds as mapping_milliseconds,
+)
 from pgjobs import Delayed, Fatal, JobContext, JobFilter, JobRow, Retry, Status
 
 if TYPE_CHECKING:
@@ -285,6 +288,18 @@ class Job:
             raise RuntimeError(f"Job {self.id} is not in the delayed state. promote")
         self.delay = 0
 
+    async def changeDelay(self, delay: int) -> None:
+        """Run this delayed job ``delay`` ms from now instead (Node's ``changeDelay``)."""
+        jobs = await self.queue.engine()
+        seconds = mapping_milliseconds("delay", delay) / 1000
+        if (
+            self.engine_id is None
+            or await self.getState() != "delayed"
+            or not await jobs.reschedule(self.engine_id, seconds)
+        ):
+            raise RuntimeError(f"Job {self.id} is not in the delayed state. changeDelay")
+        self.delay = delay
+
     async def changePriority(self, opts: dict[str, Any]) -> None:
         if opts.get("lifo"):
             raise NotImplementedError("lifo is not supported yet by the pgjobs facade")
@@ -421,6 +436,57 @@ class Job:
             for child in await self._prerequisites()
             if child["state"] == "ignored"
         }
+
+    async def getDependencies(self, opts: dict[str, Any] | None = None) -> dict[str, Any]:
+        """This job's children by outcome, keyed ``<prefix>:<queue>:<id>``: ``processed``
+        (with their return values), ``unprocessed``, ``failed``, ``ignored`` (with their
+        failed reasons). With ``opts`` (``{"processed": {"cursor", "count"}, ...}``) only the
+        kinds named come back, a page each, with ``next<Kind>Cursor`` (0 once at the end)."""
+        children = await self._prerequisites()
+
+        def key(child: dict[str, Any]) -> str:
+            return f"{child['queue']}:{job_id_of(child['id'], child['job_key'])}"
+
+        kinds: dict[str, list[tuple[str, Any]]] = {
+            "processed": [(key(c), c["output"]) for c in children if c["state"] == "satisfied"],
+            "unprocessed": [(key(c), None) for c in children if c["state"] == "open"],
+            "failed": [(key(c), None) for c in children if c["state"] in ("blocked", "failed")],
+            "ignored": [
+                (key(c), (c["failure"] or {}).get("message", ""))
+                for c in children
+                if c["state"] in ("ignored", "released")
+            ],
+        }
+        wanted = opts or {kind: {} for kind in kinds}
+        result: dict[str, Any] = {}
+        for kind, page_opts in wanted.items():
+            if kind not in kinds:
+                raise ValueError(f"getDependencies: unknown kind {kind!r}")
+            entries = kinds[kind]
+            cursor = int((page_opts or {}).get("cursor") or 0)
+            count = int((page_opts or {}).get("count") or len(entries) or 1)
+            page = entries[cursor : cursor + count]
+            following = cursor + count
+            if kind in ("processed", "ignored"):
+                result[kind] = dict(page)
+            else:
+                result[kind] = [name for name, _ in page]
+            if opts:
+                result[f"next{kind.capitalize()}Cursor"] = (
+                    following if following < len(entries) else 0
+                )
+        return result
+
+    async def removeChildDependency(self) -> bool:
+        """Stop this job's parent waiting for it (the parent may then run); False if it has
+        no parent."""
+        jobs = await self.queue.engine()
+        if self.engine_id is None:
+            return False
+        for dependent in await jobs.dependents_of(self.engine_id):
+            if await jobs.remove_dependency(self.engine_id, dependent["id"]):
+                return True
+        return False
 
     async def getDependenciesCount(self) -> dict[str, int]:
         children = await self._prerequisites()

@@ -123,7 +123,8 @@ def _keep(option: str, value: Any) -> Keep | None:
     raise InvalidOption(option, f"must be a bool, a count or {{age, count}}, got {value!r}")
 
 
-def _milliseconds(option: str, value: Any) -> float:
+def milliseconds(option: str, value: Any) -> float:
+    """A BullMQ duration: milliseconds from 0 to a century."""
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
@@ -140,14 +141,14 @@ def _backoff(value: Any) -> Backoff | None:
     if value is None:
         return None
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return Backoff.fixed(_milliseconds("backoff", value) / 1000)
+        return Backoff.fixed(milliseconds("backoff", value) / 1000)
     if isinstance(value, dict):
         kind = value.get("type", "fixed")
         if not isinstance(kind, str) or not kind:
             raise InvalidOption("backoff.type", f"must be a strategy name, got {kind!r}")
         if kind not in ("fixed", "exponential"):
             return None  # custom: the worker's settings.backoffStrategy decides each delay
-        delay = _milliseconds("backoff.delay", value.get("delay", 0)) / 1000
+        delay = milliseconds("backoff.delay", value.get("delay", 0)) / 1000
         jitter = value.get("jitter", 0)
         if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter <= 1:
             raise InvalidOption("backoff.jitter", f"must be between 0 and 1, got {jitter!r}")
@@ -216,7 +217,7 @@ def enqueue_options(
         if opts.get(key):
             raise InvalidOption(key, why)
     dedup = _deduplication(opts.get("deduplication"))
-    delay = _milliseconds("delay", opts.get("delay") or 0)
+    delay = milliseconds("delay", opts.get("delay") or 0)
     attempts = opts.get("attempts") or 1
     if (
         isinstance(attempts, bool)

@@ -628,7 +628,8 @@ class Queue:
 
     async def retryJobs(self, opts: dict[str, Any] | None = None) -> None:
         """Move every ``failed`` (or ``completed``, with ``state``) job back to waiting,
-        finished before ``timestamp`` (ms) if given."""
+        finished before ``timestamp`` (ms) if given; ``attemptsMade`` is kept, as BullMQ's
+        moveJobsToWait keeps it."""
         opts = opts or {}
         state = opts.get("state", "failed")
         if state not in ("failed", "completed"):
@@ -637,7 +638,8 @@ class Queue:
         before = None if timestamp is None else datetime.fromtimestamp(timestamp / 1000, UTC)
         jobs = await self.engine()
         await jobs.requeue_finished(
-            self._filter(sub_state=_SUB_STATES[state], finished_before=before)
+            self._filter(sub_state=_SUB_STATES[state], finished_before=before),
+            reset_attempts=False,
         )
 
     async def promoteJobs(self, opts: dict[str, Any] | None = None) -> None:
@@ -691,6 +693,27 @@ class Queue:
         in_force = await self.getRateLimitTtl() > 0
         await (await self.engine()).clear_queue_limit(self.qualifiedName)
         return int(in_force)
+
+    async def getWorkers(self) -> list[dict[str, Any]]:
+        """The workers of this queue running now, from their heartbeats: ``id``, ``name``,
+        ``addr`` (host:pid), ``age`` and ``idle`` (seconds since started and since last seen),
+        ``concurrency``, ``running`` (the jobs each holds)."""
+        now = datetime.now(UTC)
+        return [
+            {
+                "id": w.id,
+                "name": w.name,
+                "addr": f"{w.host}:{w.pid}",
+                "age": int((now - w.started_at).total_seconds()),
+                "idle": int((now - w.last_seen).total_seconds()),
+                "concurrency": w.concurrency,
+                "running": w.running,
+            }
+            for w in await (await self.engine()).list_workers(self.qualifiedName)
+        ]
+
+    async def getWorkersCount(self) -> int:
+        return len(await self.getWorkers())
 
     async def close(self) -> None:
         """Idempotent; a queue sharing its owner's connection leaves it open."""

@@ -55,7 +55,8 @@ class Worker(EventEmitter):
     again without using an attempt, and fails once it has stalled more times than this),
     ``limiter`` ``{max, duration}`` (a queue-wide rate limit, as BullMQ documents it),
     ``removeOnComplete`` / ``removeOnFail`` (for jobs added without them), ``settings``
-    ``{backoffStrategy}`` (for jobs whose backoff type is custom). Events: ``active`` (job,
+    ``{backoffStrategy}`` (for jobs whose backoff type is custom), ``name`` (how
+    ``Queue.getWorkers`` lists it; default host:pid). Events: ``active`` (job,
     prev), ``completed`` (job, result), ``failed`` (job, err) after every failed attempt,
     ``stalled`` (jobId), ``error`` (err), ``paused``, ``resumed``, ``closed``.
 
@@ -86,6 +87,9 @@ class Worker(EventEmitter):
             value = self.opts[option]
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise pgjobs.InvalidOption(option, f"must be milliseconds > 0, got {value!r}")
+        worker_name = self.opts.get("name")
+        if worker_name is not None and (not isinstance(worker_name, str) or not worker_name):
+            raise pgjobs.InvalidOption("name", f"must be a non-empty string, got {worker_name!r}")
         stalls = self.opts["maxStalledCount"]
         if isinstance(stalls, bool) or not isinstance(stalls, int) or stalls < 0:
             raise pgjobs.InvalidOption(
@@ -126,6 +130,7 @@ class Worker(EventEmitter):
                 rescue_interval=self.opts["stalledInterval"] / 1000,
                 on_event=self._on_engine_event,
                 on_rescue=self._on_rescue,
+                name=self.opts.get("name"),
             )
             self._scheduler = jobs.scheduler(poll_interval=1.0)
             self._scheduler.start()

@@ -53,6 +53,7 @@ from pgjobs.models import (
     QueueStats,
     Status,
     SubState,
+    WorkerInfo,
 )
 from pgjobs.ops import RunningPolicy
 from pgjobs.outcomes import Delayed, Fatal, Retry, WaitForPrerequisites
@@ -122,6 +123,7 @@ __all__ = [
     "UnknownKind",
     "WaitForPrerequisites",
     "Worker",
+    "WorkerInfo",
     "WorkerStats",
     "create_pool",
     "dsn_from_env",

@@ -10,7 +10,7 @@ from typing import Any
 import asyncpg
 
 from pgjobs import events, migrate, validation
-from pgjobs.config import DEFAULT_SCHEMA, dsn_from_env
+from pgjobs.config import DEFAULT_SCHEMA, dsn_from_env, notify_channel
 from pgjobs.context import JobContext, read_prerequisites
 from pgjobs.enqueue import JobSpec, insert_many, insert_one, prepare
 from pgjobs.errors import InvalidOption
@@ -32,6 +32,7 @@ from pgjobs.models import (
     PurgeResult,
     QueueStats,
     SubState,
+    WorkerInfo,
 )
 from pgjobs.ops import Operations, RunningPolicy
 from pgjobs.queues import QueueControl, QueueSettings
@@ -293,6 +294,32 @@ class JobQueue:
             connection=connection,
         )
 
+    async def remove_dependency(
+        self,
+        prerequisite_id: int,
+        dependent_id: int,
+        *,
+        connection: Connection | None = None,
+    ) -> bool:
+        """Stop ``dependent_id`` waiting for ``prerequisite_id`` (the edge goes; a dependent
+        left with nothing to wait for becomes claimable). False if there was no such edge."""
+        return bool(
+            await self.db.fetchval(
+                "detach_prerequisite",
+                prerequisite_id,
+                dependent_id,
+                notify_channel(self.db.schema),
+                conn=connection,
+            )
+        )
+
+    async def dependents_of(
+        self, job_id: int, *, tenant: str | None = None, any_tenant: bool = False
+    ) -> list[dict[str, Any]]:
+        """The jobs that wait for ``job_id``: id, and the policy and state of each edge."""
+        rows = await self.db.fetch("dependents_of", job_id, tenant, any_tenant)
+        return [dict(row) for row in rows]
+
     async def prerequisite_results(self, job_id: int) -> list[dict[str, Any]]:
         """Each prerequisite of ``job_id``: id, kind, name, queue, status, output, edge policy,
         edge state and the failure recorded on the edge."""
@@ -358,6 +385,21 @@ class JobQueue:
         ids."""
         return await self._ops.requeue(where, connection, reset=reset_attempts)
 
+    async def reschedule(
+        self,
+        job_id: int,
+        delay: float,
+        *,
+        tenant: str | None = None,
+        any_tenant: bool = False,
+    ) -> bool:
+        """Make a pending job due ``delay`` seconds from now; False if it is not pending."""
+        seconds = validation.delay_seconds(delay)
+        row = await self.db.fetchrow(
+            "reschedule", job_id, tenant, any_tenant, seconds or 0.0, notify_channel(self.db.schema)
+        )
+        return row is not None
+
     async def promote(
         self, job_id: int, *, tenant: str | None = None, any_tenant: bool = False
     ) -> bool:
@@ -397,9 +439,7 @@ class JobQueue:
     ) -> bool:
         """Set a job's progress (any JSON) from outside its handler, whatever its status; False
         if there is no such job. A handler uses ``ctx.progress``, which is fenced."""
-        return await self._ops.update_progress(
-            job_id, value, tenant=tenant, any_tenant=any_tenant
-        )
+        return await self._ops.update_progress(job_id, value, tenant=tenant, any_tenant=any_tenant)
 
     async def read_logs(
         self,
@@ -583,7 +623,10 @@ class JobQueue:
         """A page (``limit`` <= 1000) of jobs matching ``where``, newest first by default; see
         Tracking.list_jobs for the orders."""
         return await self._tracking.list_jobs(
-            where or JobFilter(), limit=limit, offset=offset, oldest_first=oldest_first,
+            where or JobFilter(),
+            limit=limit,
+            offset=offset,
+            oldest_first=oldest_first,
             order=order,
         )
 
@@ -598,6 +641,25 @@ class JobQueue:
     ) -> FlowView | None:
         """A flow's summary (identical to its list_flows row) and its light graph, or None."""
         return await self._tracking.flow_view(flow_id, tenant=tenant, any_tenant=any_tenant)
+
+    async def list_workers(self, queue: str | None = None) -> list[WorkerInfo]:
+        """The workers running now (seen within three heartbeats), of ``queue`` if given:
+        name, host, pid, queues, concurrency, the jobs each holds, since and last seen."""
+        rows = await self.db.fetch("list_workers", queue)
+        return [
+            WorkerInfo(
+                id=str(r["id"]),
+                name=r["name"],
+                host=r["host"],
+                pid=r["pid"],
+                queues=list(r["queues"]),
+                concurrency=r["concurrency"],
+                running=r["running"],
+                started_at=r["started_at"],
+                last_seen=r["last_seen"],
+            )
+            for r in rows
+        ]
 
     async def queue_stats(self) -> list[QueueStats]:
         return await self._tracking.queue_stats()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 
@@ -42,6 +42,7 @@ class LeaseKeeper:
         held: Callable[[], list[JobContext]],
         on_lost: Callable[[JobContext], None],
         on_rescued: Callable[[list[asyncpg.Record]], None],
+        on_beat: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._db = db
         self._channel = channel
@@ -51,6 +52,7 @@ class LeaseKeeper:
         self._held = held
         self._on_lost = on_lost
         self._on_rescued = on_rescued
+        self._on_beat = on_beat
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
@@ -89,6 +91,8 @@ class LeaseKeeper:
             await asyncio.sleep(self.heartbeat_interval)
             try:
                 await self.heartbeat()
+                if self._on_beat is not None:
+                    await self._on_beat()
             except TRANSIENT_ERRORS as exc:
                 logger.warning("heartbeat failed (%s); will retry", exc)
             except Exception:

@@ -70,6 +70,7 @@ async def collect_garbage(db: Database, params: GcInput) -> dict[str, Any]:
             "trim_events", params.events_per_queue, params.events_after, conn=conn
         )
         await db.fetchval("gc_dedup_holds", conn=conn)
+        await db.fetchval("gc_workers", conn=conn)
     return {"deleted_jobs": deleted, "deleted_flows": len(flows), "deleted_events": events}
 
 

@@ -104,6 +104,22 @@ class JobRow:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A running worker, as it reports itself with its heartbeats."""
+
+    id: str
+    name: str
+    host: str
+    pid: int
+    queues: list[str]
+    concurrency: int
+    running: int
+    """Jobs it held at its last heartbeat."""
+    started_at: datetime
+    last_seen: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class JobFilter:
     """Which jobs an operation or a listing applies to. Every field given is AND-ed; an empty
     filter matches every job. ``tenant`` restricts to one tenant (a tenant-scoped API must set

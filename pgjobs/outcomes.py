@@ -133,5 +133,3 @@ def decide(ctx: Claim, backoff: Backoff | str, exc: BaseException) -> Outcome:
     if isinstance(backoff, str):  # the stored JSON, parsed only when a retry needs it
         backoff = Backoff.from_json(jsonvalue.loads(backoff))
     return _retry_or_dead(ctx, exc, backoff.seconds(ctx.attempts))
-
-

@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -96,6 +99,7 @@ class Worker:
         on_event: EventListener | None = None,
         claim_ahead: int | None = None,
         on_rescue: RescueListener | None = None,
+        name: str | None = None,
     ) -> None:
         handled = [kind for kind in registry if kind.handler is not None]
         if not handled:
@@ -117,6 +121,8 @@ class Worker:
         heartbeat_interval = lease / 3 if heartbeat_interval is None else heartbeat_interval
         if not 0 < heartbeat_interval < lease:
             raise InvalidOption("heartbeat_interval", f"must be > 0 and below the lease ({lease}s)")
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise InvalidOption("name", f"must be a non-empty string, got {name!r}")
         if not poll_interval > 0:
             raise InvalidOption("poll_interval", f"must be > 0 seconds, got {poll_interval!r}")
         self._db = db
@@ -144,7 +150,12 @@ class Worker:
             held=self._held,
             on_lost=self._taken_over,
             on_rescued=self._count_rescued,
+            on_beat=self._report_presence,
         )
+        self.id = str(uuid.uuid4())
+        """This worker in ``JobQueue.list_workers`` (while it runs)."""
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self._advancing: dict[int, asyncio.Task[None]] = {}
         self._stopping = asyncio.Event()
         self._finished = asyncio.Event()
         self._finished.set()  # not running
@@ -203,6 +214,8 @@ class Worker:
         self._completer.start()
         await notifier.start()
         self._leases.start()
+        with contextlib.suppress(*TRANSIENT_ERRORS):
+            await self._report_presence()
         try:
             await self._claimer.run(self, self._stopping, until_drained=until_drained)
         finally:
@@ -211,6 +224,21 @@ class Worker:
             await self._leases.stop()
             await self._completer.stop()
             await notifier.stop()
+            with contextlib.suppress(*TRANSIENT_ERRORS):
+                await self._db.fetch("worker_gone", self.id)
+
+    async def _report_presence(self) -> None:
+        await self._db.fetch(
+            "worker_seen",
+            self.id,
+            self.name,
+            socket.gethostname(),
+            os.getpid(),
+            self.queues,
+            self.concurrency,
+            len(self._running) + len(self._ahead),
+            self.heartbeat_interval,
+        )
 
     async def _schema_checked(self) -> bool:
         """Refuse a missing or outdated schema (SchemaMissing); wait out a database that cannot
@@ -308,6 +336,8 @@ class Worker:
             task = asyncio.create_task(self._advance_schedules(scheduled))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+            for row in scheduled:
+                self._advancing[row["id"]] = task
         self.fill()
 
     async def _advance_schedules(self, rows: list[asyncpg.Record]) -> None:
@@ -339,6 +369,8 @@ class Worker:
         """Give back the jobs claimed but not started: pending again, attempt refunded (a
         failed write leaves them to lease expiry)."""
         ahead, self._ahead = self._ahead, deque()
+        for ctx, _ in ahead:
+            self._advancing.pop(ctx.id, None)
         if ahead:
             await asyncio.gather(
                 *(self._completer.submit(_given_back(ctx)) for ctx, _ in ahead),
@@ -377,6 +409,9 @@ class Worker:
             self._emit("active", ctx, {})
         started = time.monotonic()
         try:
+            advancing = self._advancing.pop(ctx.id, None)
+            if advancing is not None:  # a schedule's run starts once its next run exists
+                await asyncio.shield(advancing)
             outcome = await runner.run(kind, row["payload"], row["backoff"], ctx)
         except asyncio.CancelledError:
             # Cancelled by stop() past its timeout (release it, unless abandoning) or by a lost

@@ -111,3 +111,14 @@ SELECT {schema}.attach_prerequisites($1::bigint[], $2::bigint[], $3::text[], $4:
 -- name: open_prerequisites
 -- Job $1's prerequisites still open (or blocked), if the caller still owns it (token $2).
 SELECT pending_deps FROM {schema}.jobs WHERE id = $1 AND lock_token = $2 AND status = 'running';
+
+-- name: detach_prerequisite
+-- Remove edge $1 -> $2 (sql/schema/attach_prerequisites.sql); $3: channel.
+SELECT {schema}.detach_prerequisite($1::bigint, $2::bigint, $3::text);
+
+-- name: dependents_of
+-- The jobs that wait for job $1 (tenant-scoped by $2/$3), with the state of each edge.
+SELECT e.dependent_id AS id, e.policy, e.state FROM {schema}.job_edges e
+JOIN {schema}.jobs j ON j.id = e.prerequisite_id
+WHERE e.prerequisite_id = $1 AND ($3::bool OR j.tenant IS NOT DISTINCT FROM $2::text)
+ORDER BY e.dependent_id;

@@ -145,3 +145,9 @@ SELECT e.prerequisite_id AS id, j.kind, j.name, j.queue, j.job_key, j.status, j.
 FROM {schema}.job_edges e JOIN {schema}.jobs j ON j.id = e.prerequisite_id
 WHERE e.dependent_id = $1
 ORDER BY e.prerequisite_id;
+
+-- name: reschedule
+-- Make pending job $1 (tenant $2, or any with $3) due in $4 seconds. Returns its queue.
+UPDATE {schema}.jobs SET run_at = now() + make_interval(secs => $4::float8)
+WHERE id = $1 AND status = 'pending' AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text)
+RETURNING queue, pg_notify($5, queue);

@@ -37,3 +37,28 @@ RETURNING limited_until;
 SELECT queue, paused, concurrency, group_concurrency, rate_limit, rate_period, limited_until,
        window_start, window_count, max_stalls
 FROM {schema}.queue_settings WHERE queue = ANY($1::text[]) ORDER BY queue;
+
+-- name: worker_seen
+-- Worker $1 is alive (upserted at start and with every heartbeat).
+INSERT INTO {schema}.workers AS w (id, name, host, pid, queues, concurrency, running, heartbeat)
+VALUES ($1, $2, $3, $4, $5::text[], $6, $7, $8)
+ON CONFLICT (id) DO UPDATE SET running = excluded.running, last_seen = now();
+
+-- name: worker_gone
+DELETE FROM {schema}.workers WHERE id = $1;
+
+-- name: list_workers
+-- Workers seen within three of their heartbeat intervals (the others died), of queue $1 if
+-- given.
+SELECT id, name, host, pid, queues, concurrency, running, started_at, last_seen
+FROM {schema}.workers
+WHERE last_seen >= now() - make_interval(secs => 3 * heartbeat)
+  AND ($1::text IS NULL OR $1::text = ANY(queues))
+ORDER BY started_at, id;
+
+-- name: gc_workers
+-- Rows of workers that died without saying so, an hour after they were last seen.
+WITH gone AS (
+    DELETE FROM {schema}.workers WHERE last_seen < now() - interval '1 hour' RETURNING 1
+)
+SELECT count(*) FROM gone;

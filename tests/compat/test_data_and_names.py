@@ -11,12 +11,7 @@ from typing import Any
 import pytest
 
 from bullmq_compat import Queue
-from pgjobs import InvalidOption, JobQueue
-
-
-@pytest.fixture
-def opts(jobs: JobQueue) -> dict[str, Any]:
-    return {"connection": jobs}
+from pgjobs import InvalidOption
 
 
 def test_a_queue_name_cannot_contain_a_colon(opts: dict[str, Any]) -> None:
@@ -66,4 +61,9 @@ async def test_data_is_stored_as_json_gives_it_back(opts: dict[str, Any]) -> Non
     job = await queue.add("x", data)
     stored = (await queue.getJob(job.id)).data
     assert stored == json.loads(json.dumps(data))
-    assert stored == {"tuple": [1, 2], "3": "int key", "true": "bool key", "nested": [None, 1.5, "é"]}
+    assert stored == {
+        "tuple": [1, 2],
+        "3": "int key",
+        "true": "bool key",
+        "nested": [None, 1.5, "é"],
+    }

@@ -22,11 +22,6 @@ from pgjobs import JobQueue
 from tests.helpers import eventually
 
 
-@pytest.fixture
-def opts(jobs: JobQueue) -> dict:
-    return {"connection": jobs}
-
-
 async def drain_with(name: str, opts: dict, process: Any, count: int, **wopts: Any) -> Worker:
     """Run a worker until ``count`` jobs have completed or failed for good, then close it."""
     done = asyncio.Event()
@@ -250,6 +245,8 @@ async def test_clean_retry_jobs_and_promote_jobs(opts: dict) -> None:
         return "ok"
 
     await drain_with("ops", opts, succeed, 3)
+    # BullMQ's retryJobs keeps attemptsMade: the failed run and the successful one count.
+    assert [j.attemptsMade for j in await queue.getCompleted()] == [2, 2, 2]
     removed = await queue.clean(0, 2, "completed")
     assert len(removed) == 2 and await queue.getCompletedCount() == 1
 

@@ -7,13 +7,7 @@ import asyncio
 import pytest
 
 from bullmq_compat import FlowProducer, Queue, UnrecoverableError, WaitingChildrenError, Worker
-from pgjobs import JobQueue
 from tests.helpers import eventually
-
-
-@pytest.fixture
-def opts(jobs: JobQueue) -> dict:
-    return {"connection": jobs}
 
 
 def processor(log: list[str], done: asyncio.Event, expected: int):

@@ -12,11 +12,6 @@ from pgjobs import JobQueue, SchemaMissing
 from tests.helpers import eventually
 
 
-@pytest.fixture
-def opts(jobs: JobQueue) -> dict:
-    return {"connection": jobs}
-
-
 async def run_until(worker: Worker, done: asyncio.Event) -> None:
     await asyncio.wait_for(done.wait(), 30)
     await worker.close()

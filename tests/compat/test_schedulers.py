@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from zoneinfo import ZoneInfoNotFoundError
 
 import pytest
 from croniter import CroniterBadCronError
 
-from bullmq_compat import Queue, Worker
+from bullmq_compat import Queue, Worker, default_repeat_strategy
 from pgjobs import JobQueue
 from tests.helpers import eventually
-
-
-@pytest.fixture
-def opts(jobs: JobQueue) -> dict:
-    return {"connection": jobs}
 
 
 async def test_every_with_limit_emits_each_job_once(opts: dict) -> None:
@@ -112,4 +108,109 @@ async def test_two_workers_emit_each_tick_once(opts: dict, jobs: JobQueue) -> No
     await eventually(five)
     await asyncio.gather(*(w.close() for w in workers))
     assert count == 5
+    await queue.close()
+
+
+async def test_upsert_creates_the_next_iteration_as_a_job_and_returns_it(opts: dict) -> None:
+    """BullMQ's job schedulers: the next iteration exists as a job at once (an `every`
+    scheduler's first is due now), named repeat:<id>:<ms>; upserting again replaces it."""
+    queue = Queue("iterations", opts)
+    job = await queue.upsertJobScheduler(
+        "every-id", {"every": 60_000}, job_name="repeat-every", job_data={"foo": "bar"}
+    )
+    assert job is not None and job.id.startswith("repeat:every-id:")
+    assert job.data == {"foo": "bar"} and job.name == "repeat-every"
+    assert await job.getState() == "waiting" and await queue.isJobScheduler("every-id")
+    cron = await queue.upsertJobScheduler("cron-id", {"pattern": "* * * * *"}, "repeat-cron")
+    assert cron is not None and await cron.getState() == "delayed"
+    scheduler = await queue.getJobScheduler("cron-id")
+    assert scheduler["name"] == "repeat-cron" and scheduler["pattern"] == "* * * * *"
+    assert scheduler["next"] == int(cron.id.rsplit(":", 1)[1])
+
+    replaced = await queue.upsertJobScheduler(
+        "cron-id", {"pattern": "*/5 * * * *"}, "repeat-cron", {"v": 2}
+    )
+    assert replaced is not None and replaced.data == {"v": 2}
+    assert replaced.id == cron.id or await queue.getJob(cron.id) is None  # one pending iteration
+    assert await queue.getDelayedCount() == 1 and await queue.getJobSchedulersCount() == 2
+    await queue.close()
+
+
+async def test_upsert_returns_none_and_creates_nothing_when_no_iteration_is_left(
+    opts: dict,
+) -> None:
+    queue = Queue("spent", opts)
+    assert (
+        await queue.upsertJobScheduler(
+            "limited", {"every": 1000, "limit": 1, "count": 5}, "limited"
+        )
+        is None
+    )
+    past = int(time.time() * 1000) - 10_000
+    assert await queue.upsertJobScheduler("ended", {"every": 1000, "endDate": past}, "x") is None
+    assert await queue.getJobSchedulersCount() == 0 and await queue.count() == 0
+    with pytest.raises(ValueError, match=r"Both \.immediately and \.startDate"):
+        await queue.upsertJobScheduler(
+            "bad", {"pattern": "* * * * *", "immediately": True, "startDate": past}, "x"
+        )
+    await queue.close()
+
+
+async def test_a_worker_advances_the_scheduler_iteration_by_iteration(opts: dict) -> None:
+    """Each iteration a worker starts makes the next one; a delayed next iteration is always
+    waiting, and the iteration count grows."""
+    queue = Queue("advancing", opts)
+    await queue.upsertJobScheduler("tick", {"every": 200}, job_name="tick")
+    processed: list[str] = []
+    enough = asyncio.Event()
+
+    async def process(job, token):
+        processed.append(job.id)
+        if len(processed) >= 3:
+            enough.set()
+
+    worker = Worker("advancing", process, opts)
+    await asyncio.wait_for(enough.wait(), 20)
+    await worker.close()
+    assert len(set(processed)) == len(processed) >= 3
+    assert all(i.startswith("repeat:tick:") for i in processed)
+    scheduler = await queue.getJobScheduler("tick")
+    assert scheduler["iterationCount"] > 1 and await queue.getDelayedCount() == 1
+    assert await queue.removeJobScheduler("tick") == 0
+    assert await queue.getDelayedCount() == 0  # its next iteration went with it
+    await queue.close()
+
+
+def test_default_repeat_strategy_is_the_package_one() -> None:
+    now = int(time.time() * 1000)
+    following = default_repeat_strategy(now, {"pattern": "0 * * * *"})
+    assert following is not None and 0 < following - now <= 3_600_000
+    assert (
+        abs(default_repeat_strategy(0, {"pattern": "* * * * *", "immediately": True}) - now) < 5000
+    )
+    assert default_repeat_strategy(now, {"every": 1000}) is None
+    with pytest.raises(CroniterBadCronError):
+        default_repeat_strategy(now, {"pattern": "not-a-cron"})
+    with pytest.raises(ZoneInfoNotFoundError):
+        default_repeat_strategy(now, {"pattern": "* * * * *", "tz": "Not/AZone"})
+
+
+async def test_an_iteration_runs_with_the_next_one_already_delayed(opts: dict) -> None:
+    """BullMQ makes the next iteration when it moves the current one to active: a processor
+    always finds it in the delayed set."""
+    queue = Queue("always-next", opts)
+    await queue.upsertJobScheduler("tick", {"every": 60_000}, "tick")
+    found: list[list[str]] = []
+    ran = asyncio.Event()
+
+    async def process(job, token):
+        found.append([j.id for j in await queue.getDelayed()])
+        ran.set()
+
+    current = (await queue.getWaiting())[0]
+    worker = Worker("always-next", process, opts)
+    await ran.wait()
+    await worker.close()
+    (following,) = found[0]
+    assert following.startswith("repeat:tick:") and following != current.id
     await queue.close()

@@ -196,14 +196,57 @@ async def test_importing_a_dependent_of_a_running_job_overlapping_its_finish(
         )
 
     _, (imported,), _ = await overlap(
-        jobs.pool, _finish(jobs, running), import_dependent,
+        jobs.pool,
+        _finish(jobs, running),
+        import_dependent,
         second_commits_first=second_commits_first,
     )
     row = await jobs.get(imported.id)
     assert row.pending_deps == 0 and row.sub_state == "ready"
 
 
-async def test_many_siblings_of_many_parents_finish_concurrently(jobs: JobQueue, registry: Registry) -> None:
+@pytest.mark.parametrize("second_commits_first", [False, True])
+async def test_detaching_a_prerequisite_overlapping_its_own_finish(
+    jobs: JobQueue, kinds, second_commits_first: bool
+) -> None:
+    """The edge leaves the count once, whether the finish or the detach moves it first."""
+    submitted = await _flow(jobs)
+    one, _ = await _claim_children(jobs)
+
+    async def detach(conn: Any) -> bool:
+        return await jobs.remove_dependency(one["id"], submitted.job_ids["parent"], connection=conn)
+
+    _, detached, waited = await overlap(
+        jobs.pool, _finish(jobs, one), detach, second_commits_first=second_commits_first
+    )
+    assert waited and detached  # the finish held the edge's lock; the edge is gone after it
+    parent = await _parent(jobs, submitted)
+    assert parent.pending_deps == 1 and parent.sub_state == "waiting_children"
+    assert [d["id"] for d in await jobs.dependents_of(one["id"])] == []
+
+
+@pytest.mark.parametrize("second_commits_first", [False, True])
+async def test_detaching_one_prerequisite_while_its_sibling_finishes(
+    jobs: JobQueue, kinds, second_commits_first: bool
+) -> None:
+    """The detach and the sibling's finish both take one off the dependent: it runs."""
+    submitted = await _flow(jobs)
+    one, two = await _claim_children(jobs)
+
+    async def detach(conn: Any) -> bool:
+        return await jobs.remove_dependency(two["id"], submitted.job_ids["parent"], connection=conn)
+
+    _, detached, _ = await overlap(
+        jobs.pool, _finish(jobs, one), detach, second_commits_first=second_commits_first
+    )
+    assert detached
+    parent = await _parent(jobs, submitted)
+    assert parent.pending_deps == 0 and parent.sub_state == "ready"
+
+
+async def test_many_siblings_of_many_parents_finish_concurrently(
+    jobs: JobQueue, registry: Registry
+) -> None:
     """Stress: 60 flows of 1 parent and 8 children, four workers claiming one job at a time so
     that siblings' outcomes are written by different workers at the same moments. Every parent
     runs exactly once, after all its children."""

@@ -437,3 +437,50 @@ async def test_adding_a_prerequisite_checks_its_dependent(
         await jobs.add_prerequisite(child.id, "plain", {}, job_key="parent-key")
     child_row = await jobs.get(child.id)
     assert child_row is not None and child_row.pending_deps == 0
+
+
+async def test_removing_a_dependency_lets_the_dependent_run_without_it(
+    jobs: JobQueue, ran: list[str]
+) -> None:
+    """remove_dependency drops the edge; a dependent left with nothing open runs, and the
+    detached prerequisite stays a job of its own."""
+    flow = Flow()
+    node(flow, "blocked_forever", fail=True)
+    node(flow, "slow")
+    node(flow, "dependent")
+    flow.edge("blocked_forever", "dependent")
+    flow.edge("slow", "dependent")
+    submitted = await jobs.submit_flow(flow)
+    ids = submitted.job_ids
+    await drain(jobs)  # slow completes, blocked_forever dies, dependent is blocked
+    assert await status(jobs, ids["dependent"]) is Status.PENDING
+    assert [d["id"] for d in await jobs.dependents_of(ids["blocked_forever"])] == [ids["dependent"]]
+    assert await jobs.remove_dependency(ids["blocked_forever"], ids["dependent"])
+    assert not await jobs.remove_dependency(ids["blocked_forever"], ids["dependent"])
+    assert await jobs.dependents_of(ids["blocked_forever"]) == []
+    await drain(jobs)
+    assert await status(jobs, ids["dependent"]) is Status.COMPLETED
+    assert await status(jobs, ids["blocked_forever"]) is Status.DEAD
+    assert [p["name"] for p in await jobs.prerequisite_results(ids["dependent"])] == ["slow"]
+
+
+async def test_removing_a_satisfied_dependency_changes_no_count(
+    jobs: JobQueue, ran: list[str]
+) -> None:
+    flow = Flow()
+    node(flow, "done")
+    node(flow, "pending")
+    node(flow, "dependent")
+    flow.edge("done", "dependent")
+    flow.edge("pending", "dependent")
+    submitted = await jobs.submit_flow(flow)
+    ids = submitted.job_ids
+    claimed = await jobs.claim(queues=["default"], kinds=["step"], limit=3)
+    done = next(c for c in claimed if c.id == ids["done"])
+    await done.complete({"label": "done"})
+    for other in claimed:
+        if other.id != ids["done"]:
+            await other.release()
+    assert await jobs.remove_dependency(ids["done"], ids["dependent"])
+    row = await jobs.get(ids["dependent"])
+    assert row is not None and row.pending_deps == 1  # still waits for "pending"

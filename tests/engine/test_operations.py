@@ -394,3 +394,21 @@ async def test_an_outcome_for_a_lapsed_claim_locks_nothing(jobs: JobQueue, kinds
         )
         assert len(lockable) == 1  # another session can still lock (or delete) it
     assert (await jobs.get(job.id)).status == "completed"
+
+
+async def test_reschedule_moves_a_pending_job_and_nothing_else(jobs: JobQueue, kinds) -> None:
+    delayed = await jobs.enqueue("x", {"n": 1}, delay=3600)
+    before = await jobs.get(delayed.id)
+    assert before is not None and before.sub_state == "delayed"
+    assert await jobs.reschedule(delayed.id, 0)
+    due = await jobs.get(delayed.id)
+    assert due is not None and due.sub_state == "ready" and due.run_at < before.run_at
+    assert await jobs.reschedule(delayed.id, 7200)
+    later = await jobs.get(delayed.id)
+    assert later is not None and later.run_at > before.run_at
+    with pytest.raises(InvalidOption, match="delay"):
+        await jobs.reschedule(delayed.id, -1)
+    await jobs.promote(delayed.id)
+    await jobs.worker().run(until_drained=True)
+    assert not await jobs.reschedule(delayed.id, 10)  # completed: not pending
+    assert not await jobs.reschedule(10**9, 10)

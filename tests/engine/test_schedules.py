@@ -212,7 +212,12 @@ async def test_a_materialized_schedule_keeps_its_next_run_as_a_job(jobs: JobQueu
     """Upserting enqueues the first run; starting a run enqueues the next; re-upserting
     replaces a run that has not started: there is always exactly one pending run."""
     await jobs.upsert_schedule(
-        "hourly", "report", {"account": 1}, every=3600, immediately=True, materialize=True,
+        "hourly",
+        "report",
+        {"account": 1},
+        every=3600,
+        immediately=True,
+        materialize=True,
         job_key_prefix="repeat:hourly:",
     )
     (first,) = await _pending_runs(jobs, "hourly")
@@ -230,7 +235,11 @@ async def test_a_materialized_schedule_keeps_its_next_run_as_a_job(jobs: JobQueu
     assert await run.complete("done")
 
     await jobs.upsert_schedule(
-        "hourly", "report", {"account": 2}, every=1800, materialize=True,
+        "hourly",
+        "report",
+        {"account": 2},
+        every=1800,
+        materialize=True,
         job_key_prefix="repeat:hourly:",
     )
     (replaced,) = await _pending_runs(jobs, "hourly")
@@ -284,3 +293,28 @@ async def test_a_run_started_without_its_next_run_is_repaired(jobs: JobQueue, re
     assert len(await _pending_runs(jobs, "repair")) == 1
     await jobs.emit_due_schedules()
     assert len(await _pending_runs(jobs, "repair")) == 1
+
+
+async def test_a_workers_run_of_a_schedule_starts_once_its_next_run_exists(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    """As BullMQ's moveToActive does: the handler of run N sees run N+1 already pending."""
+    seen: list[list[dict]] = []
+    ran = asyncio.Event()
+
+    @registry.kind("tick", input=Report, queue="ticks")
+    async def tick(ctx, report: Report) -> None:
+        seen.append(await _pending_runs(jobs, "ticking"))
+        ran.set()
+
+    await jobs.upsert_schedule(
+        "ticking", "tick", {"account": 1}, every=3600, immediately=True, materialize=True
+    )
+    (first,) = await _pending_runs(jobs, "ticking")
+    worker = jobs.worker(queues=["ticks"])
+    running = asyncio.create_task(worker.run())
+    await ran.wait()
+    await worker.stop()
+    await running
+    (following,) = seen[0]
+    assert following["id"] != first["id"] and following["status"] == "pending"

@@ -43,3 +43,32 @@ BEGIN
     RETURN added;
 END
 $fn$;
+
+-- detach_prerequisite: remove the edge p_pre -> p_dep. If it still counted (open, blocked),
+-- the dependent stops waiting for it (its count taken off its locked row) and may become
+-- claimable (its queue is woken on p_channel). True if there was such an edge.
+-- Locks the edge, then the dependent: resolve_dependents' order, so the two never deadlock. A
+-- resolution that moved the edge first is seen here on the edge's newest version (the DELETE
+-- waits for its lock and returns the state it then has), so nothing is subtracted twice.
+CREATE OR REPLACE FUNCTION {schema}.detach_prerequisite(p_pre bigint, p_dep bigint, p_channel text)
+RETURNS boolean LANGUAGE plpgsql AS $fn$
+DECLARE
+    was text;
+    woken text;
+BEGIN
+    DELETE FROM {schema}.job_edges e WHERE e.prerequisite_id = p_pre AND e.dependent_id = p_dep
+    RETURNING e.state INTO was;
+    IF was IS NULL THEN
+        RETURN false;
+    END IF;
+    IF was IN ('open', 'blocked') THEN
+        UPDATE {schema}.jobs d SET pending_deps = d.pending_deps - 1 WHERE d.id = p_dep
+        RETURNING CASE WHEN d.status = 'pending' AND d.pending_deps = 0 THEN d.queue END
+        INTO woken;
+        IF woken IS NOT NULL THEN
+            PERFORM pg_notify(p_channel, woken);
+        END IF;
+    END IF;
+    RETURN true;
+END
+$fn$;
