@@ -1,4 +1,4 @@
-"""Run the benchmark: `./run bench [--quick] [--systems engine,facade,bullmq,bullmq-pg,pgqueuer,floor]`.
+"""Run the benchmark: `./run bench [--quick] [--systems engine,engine-async,facade,...]`.
 
 Systems are interleaved (A B A B ...) for 3 repetitions so that a noisy neighbour hits all
 of them alike; each figure is the median with min-max. Results go to stdout and to
@@ -95,46 +95,54 @@ async def main(argv: list[str] | None = None) -> None:
             await system.teardown()
 
     names = [s.name for s in systems]
-    # Ratios are to BullMQ on Redis when it ran, else to the last system.
-    base = "bullmq on Redis" if "bullmq on Redis" in names else names[-1]
-    others = [n for n in names if n != base]
+    rows = [(label, unit) for label, _, _, unit in workloads(args.quick)]
+    rows += [(DEAD, "dead tuples"), (SIZE, "MiB")]
     lines = [
         f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node() or 'host'}: "
         f"{os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}, "
         f"{args.reps} interleaved repetitions, median (min–max).",
         "",
-        "| workload | "
-        + " | ".join(names)
-        + " | "
-        + " | ".join(f"{n} / {base}" for n in others)
-        + " |",
-        "|---" * (len(names) + len(others) + 1) + "|",
+        "| workload | " + " | ".join(names) + " |",
+        "|---" * (len(names) + 1) + "|",
     ]
-    rows = [(label, unit) for label, _, _, unit in workloads(args.quick)]
-    rows += [(DEAD, "dead tuples"), (SIZE, "MiB")]
     for label, unit in rows:
         row = results[label]
-        if unit in ("dead tuples", "MiB"):  # lower is better: base / system, as for latency
-            cells = [fmt(row[n]) + f" {unit}" for n in names]
-            ratios = [_ratio(row[base], row[n]) for n in others]
-        elif unit == "ms":
+        if unit == "ms":
             cells = [
                 fmt([v[0] for v in row[n]]) + " ms, p95 " + fmt([v[1] for v in row[n]])
                 for n in names
             ]
-            ratios = [
-                _ratio([v[0] for v in row[base]], [v[0] for v in row[n]]) for n in others
-            ]  # latency: base / system, so higher is better here too
         else:
             cells = [fmt(row[n]) + f" {unit}" for n in names]
-            ratios = [_ratio(row[n], row[base]) for n in others]
-        lines.append(f"| {label} | " + " | ".join(cells + ratios) + " |")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    # Ratio tables: every other system against BullMQ on Redis, then on PostgreSQL (those that
+    # ran; else against the last system).
+    bases = [b for b in ("bullmq on Redis", "bullmq on PostgreSQL") if b in names] or [names[-1]]
+    for base in bases:
+        others = [n for n in names if n not in bases]
+        lines += [
+            "",
+            f"Against {base} (higher is better):",
+            "",
+            "| workload | " + " | ".join(f"{n} / {base}" for n in others) + " |",
+            "|---" * (len(others) + 1) + "|",
+        ]
+        for label, unit in rows:
+            row = results[label]
+            if unit in ("dead tuples", "MiB"):  # lower is better: base / system
+                ratios = [_ratio(row[base], row[n]) for n in others]
+            elif unit == "ms":  # latency: base / system, so higher is better here too
+                ratios = [_ratio([v[0] for v in row[base]], [v[0] for v in row[n]]) for n in others]
+            else:
+                ratios = [_ratio(row[n], row[base]) for n in others]
+            lines.append(f"| {label} | " + " | ".join(ratios) + " |")
     lines.append("")
     lines.append(
-        f"Ratio columns: each system against {base}; higher is better (for latency and storage"
-        " the ratio is the base's median over the system's). Storage is read right after the"
-        " concurrency-10 run, before any vacuum: dead tuples counted by pgstattuple, size with"
-        " indexes, over every table of the system; for Redis, MEMORY USAGE of the queue's keys."
+        "Ratios of medians; for latency and storage the base's median over the system's."
+        " Storage is read right after the concurrency-10 run, before any vacuum: dead tuples"
+        " counted by pgstattuple, size with indexes, over every table of the system; for Redis,"
+        ' MEMORY USAGE of the queue\'s keys. "async" systems commit enqueues and outcomes with'
+        ' synchronous_commit off (durability="async").'
     )
     report = "\n".join(lines)
     print("\n" + report)

@@ -35,14 +35,15 @@ class System(Protocol):
 
 
 async def truncate_schema(dsn: str, schema: str) -> None:
-    """Empty every table of ``schema`` (if it exists yet) but its schema-version bookkeeping
-    (``migration``/``migrations``): each workload starts from empty tables, as the engine's
-    does, so storage figures are about that workload alone."""
+    """Empty every table of ``schema`` (if it exists yet) but its schema bookkeeping (BullMQ's
+    ``migration``, pgjobs' ``migrations`` and ``schema_definitions``): each workload starts
+    from empty tables, as the engine's does, so storage figures are about that workload alone."""
     conn = await asyncpg.connect(dsn)
     try:
         tables = await conn.fetch(
             "SELECT format('%I.%I', schemaname, tablename) AS t FROM pg_tables"
-            " WHERE schemaname = $1 AND tablename NOT IN ('migration', 'migrations')",
+            " WHERE schemaname = $1"
+            " AND tablename NOT IN ('migration', 'migrations', 'schema_definitions')",
             schema,
         )
         if tables:
@@ -87,6 +88,7 @@ class Engine:
     """pgjobs natively: typed kind, JobQueue.enqueue / enqueue_many, Worker."""
 
     name = "pgjobs engine"
+    durability = "durable"
 
     async def setup(self, dsn: str) -> None:
         self.registry = Registry()
@@ -103,7 +105,7 @@ class Engine:
         self.pool = await create_pool(dsn, min_size=4, max_size=20)
         self.schema = f"bench_{uuid.uuid4().hex[:8]}"
         self.jobs = await JobQueue.connect(
-            pool=self.pool, schema=self.schema, registry=self.registry
+            pool=self.pool, schema=self.schema, registry=self.registry, durability=self.durability
         )
         await self.jobs.migrate()
 
@@ -198,6 +200,14 @@ class Engine:
         elapsed = time.perf_counter() - start
         assert worker.stats.completed == flows * (children + 1), worker.stats
         return flows * (children + 1) / elapsed
+
+
+class EngineAsync(Engine):
+    """The engine with ``durability="async"``: enqueues, flows and outcomes commit without
+    waiting for the WAL flush (Redis' ``appendfsync everysec`` class of guarantee)."""
+
+    name = "pgjobs engine, async"
+    durability = "async"
 
 
 def _median_p95(values: list[float]) -> tuple[float, float]:
@@ -477,6 +487,7 @@ class Facade(BullMQCodeOnPostgres):
     """bullmq_compat: the same BullMQ code as the Redis peer, on pgjobs (one shared pool)."""
 
     name = "bullmq_compat facade"
+    durability = "durable"
 
     async def setup(self, dsn: str) -> None:
         import bullmq_compat
@@ -491,11 +502,18 @@ class Facade(BullMQCodeOnPostgres):
         self.round = 0
 
     def _opts(self, **extra: Any) -> dict[str, Any]:
-        return {"connection": self.jobs, **extra}
+        return {"connection": self.jobs, "durability": self.durability, **extra}
 
     async def teardown(self) -> None:
         await self.pool.execute(f"DROP SCHEMA {self.schema} CASCADE")
         await self.pool.close()
+
+
+class FacadeAsync(Facade):
+    """The facade with ``durability: "async"`` on every Queue, Worker and FlowProducer."""
+
+    name = "bullmq_compat facade, async"
+    durability = "async"
 
 
 class BullMQPostgres(BullMQCodeOnPostgres):
@@ -679,7 +697,9 @@ class PgQueuer:
 
 SYSTEMS: dict[str, type[Any]] = {
     "engine": Engine,
+    "engine-async": EngineAsync,
     "facade": Facade,
+    "facade-async": FacadeAsync,
     "bullmq": BullMQRedis,
     "bullmq-pg": BullMQPostgres,
     "pgqueuer": PgQueuer,

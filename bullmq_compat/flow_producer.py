@@ -12,6 +12,7 @@ from bullmq_compat.job import Job
 from bullmq_compat.mapping import (
     FAILURE_OPTIONS,
     KIND,
+    durability,
     edge_policy,
     enqueue_options,
     facade_registry,
@@ -46,6 +47,7 @@ class FlowProducer:
         self.opts = {**(redisOpts or {}), **(opts or {})}
         self.prefix = self.opts.get("prefix", "bull")
         self.connection = EngineConnection(self.opts)
+        self.durability = durability(self.opts)
         self._registry = facade_registry()
         self._queues: dict[str, Queue] = {}
         self.closing = False
@@ -88,7 +90,9 @@ class FlowProducer:
                         raise ParentJobNotExist(self._parent_key(tree))
                     results.append(self._result(tree, "root", {}))
                     continue
-                submitted = await jobs.submit_flow(graph, connection=conn)
+                submitted = await jobs.submit_flow(
+                    graph, connection=conn, durability=self.durability
+                )
                 if parent is not None:
                     policy = edge_policy(tree.get("opts") or {})
                     await jobs.add_dependency(

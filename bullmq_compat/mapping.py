@@ -12,6 +12,7 @@ from typing import Any
 
 from pgjobs import (
     Backoff,
+    Durability,
     EdgePolicy,
     InvalidOption,
     JobRow,
@@ -277,3 +278,16 @@ def state_of(row: JobRow) -> str:
 def attempts_made(row: JobRow) -> int:
     """Finished attempts: the one running now does not count yet."""
     return row.attempts - (1 if row.status is Status.RUNNING else 0)
+
+
+def durability(opts: dict[str, Any]) -> Durability | None:
+    """The ``durability`` option of a Queue, Worker or FlowProducer: ``"durable"`` (every
+    acknowledged add and outcome survives a server crash) or ``"async"`` (the last moments'
+    may be lost, as Redis with ``appendfsync everysec``); None: the connection's default."""
+    value = opts.get("durability")
+    if value is None:
+        return None
+    try:
+        return Durability(value)
+    except ValueError:
+        raise InvalidOption("durability", f"must be 'durable' or 'async', got {value!r}") from None

@@ -16,6 +16,7 @@ from bullmq_compat.job import Job, job_id_of
 from bullmq_compat.mapping import (
     KIND,
     NO_PRIORITY,
+    durability,
     edge_policy,
     engine_queue,
     enqueue_options,
@@ -106,6 +107,7 @@ class Queue:
         self.prefix = self.opts.get("prefix", "bull")
         self.jobsOpts: dict[str, Any] = dict(self.opts.get("defaultJobOptions") or {})
         self.qualifiedName = engine_queue(self.prefix, name)
+        self.durability = durability(self.opts)
         self._borrowed = connection is not None
         self.connection = connection or EngineConnection(self.opts)
         self._registry = facade_registry()
@@ -142,7 +144,9 @@ class Queue:
         be had (nothing reached the server), and after a failure mid-statement only when
         ``idempotent`` (every job has a jobId, so a retry finds what a lost reply created)."""
         if connection is not None:
-            return await (await self.engine()).enqueue_many(specs, connection=connection)
+            return await (await self.engine()).enqueue_many(
+                specs, connection=connection, durability=self.durability
+            )
         deadline = time.monotonic() + ADD_RETRY_SECONDS
         failures = 0
         while True:
@@ -151,7 +155,9 @@ class Queue:
                 jobs = await self.engine()
                 async with jobs.pool.acquire() as conn:
                     sent = True
-                    return await jobs.enqueue_many(specs, connection=conn)
+                    return await jobs.enqueue_many(
+                        specs, connection=conn, durability=self.durability
+                    )
             except pgjobs.TRANSIENT_ERRORS as exc:
                 failures += 1
                 if (sent and not idempotent) or time.monotonic() >= deadline:

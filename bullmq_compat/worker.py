@@ -21,7 +21,7 @@ from bullmq_compat.custom_errors import (
 )
 from bullmq_compat.emitter import EventEmitter
 from bullmq_compat.job import Job, job_id_of
-from bullmq_compat.mapping import KIND, engine_queue, json_data
+from bullmq_compat.mapping import KIND, durability, engine_queue, json_data
 from bullmq_compat.queue import Queue
 from pgjobs import Delayed, JobContext, WaitForPrerequisites
 
@@ -56,7 +56,8 @@ class Worker(EventEmitter):
     ``limiter`` ``{max, duration}`` (a queue-wide rate limit, as BullMQ documents it),
     ``removeOnComplete`` / ``removeOnFail`` (for jobs added without them), ``settings``
     ``{backoffStrategy}`` (for jobs whose backoff type is custom), ``name`` (how
-    ``Queue.getWorkers`` lists it; default host:pid). Events: ``active`` (job,
+    ``Queue.getWorkers`` lists it; default host:pid), ``durability`` (``"durable"`` or
+    ``"async"``: how its outcomes commit; default: the connection's). Events: ``active`` (job,
     prev), ``completed`` (job, result), ``failed`` (job, err) after every failed attempt,
     ``stalled`` (jobId), ``error`` (err), ``paused``, ``resumed``, ``closed``.
 
@@ -87,6 +88,7 @@ class Worker(EventEmitter):
             value = self.opts[option]
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise pgjobs.InvalidOption(option, f"must be milliseconds > 0, got {value!r}")
+        self._durability = durability(self.opts)
         worker_name = self.opts.get("name")
         if worker_name is not None and (not isinstance(worker_name, str) or not worker_name):
             raise pgjobs.InvalidOption("name", f"must be a non-empty string, got {worker_name!r}")
@@ -131,6 +133,7 @@ class Worker(EventEmitter):
                 on_event=self._on_engine_event,
                 on_rescue=self._on_rescue,
                 name=self.opts.get("name"),
+                durability=self._durability or jobs.durability,
             )
             self._scheduler = jobs.scheduler(poll_interval=1.0)
             self._scheduler.start()
@@ -261,7 +264,10 @@ class Worker(EventEmitter):
         deadline = time.monotonic() + float(self.opts.get("drainDelay", DRAIN_DELAY_SECONDS))
         while True:
             taken = await jobs.claim(
-                [self.qualifiedName], kinds=[KIND], lease=self.opts["lockDuration"] / 1000
+                [self.qualifiedName],
+                kinds=[KIND],
+                lease=self.opts["lockDuration"] / 1000,
+                durability=self._durability,
             )
             if taken:
                 break

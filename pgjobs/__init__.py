@@ -36,6 +36,7 @@ from pgjobs.imports import EdgeState, ImportedEdge, ImportedJob, ImportedStatus
 from pgjobs.kinds import Kind, Registry
 from pgjobs.maintenance import schedule_maintenance
 from pgjobs.models import (
+    Durability,
     EnqueueResult,
     FlowEdge,
     FlowFilter,
@@ -71,6 +72,7 @@ __all__ = [
     "DedupRaceError",
     "Delayed",
     "DuplicateKind",
+    "Durability",
     "EdgePolicy",
     "EdgeState",
     "EnqueueResult",

@@ -21,6 +21,7 @@ from pgjobs.imports import ImportedEdge, ImportedJob, import_jobs
 from pgjobs.kinds import Kind, Registry
 from pgjobs.maintenance import register_maintenance
 from pgjobs.models import (
+    Durability,
     EnqueueResult,
     FlowFilter,
     FlowSummary,
@@ -47,11 +48,22 @@ class JobQueue:
     >>> jobs = await JobQueue.connect("postgresql://...", registry=registry)
     >>> await jobs.migrate()
     >>> result = await jobs.enqueue("send_email", {"to": "a@example.com"}, priority=5)
+
+    ``durability`` (``"durable"``, the default, or ``"async"``; see Durability) is how this
+    queue's enqueues, flow submissions, hand-claimed outcomes and workers commit, unless a
+    call or a worker says otherwise.
     """
 
-    def __init__(self, db: Database, registry: Registry | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        registry: Registry | None = None,
+        *,
+        durability: Durability | str = Durability.DURABLE,
+    ) -> None:
         self.db = db
         self.registry = registry if registry is not None else Registry()
+        self.durability = validation.durability(durability)
         self._ops = Operations(db, self.registry)
         self._flows = Flows(db, self.registry)
         self._queues = QueueControl(db)
@@ -68,16 +80,21 @@ class JobQueue:
         pool: asyncpg.Pool | None = None,
         min_size: int = 1,
         max_size: int = 10,
+        durability: Durability | str = Durability.DURABLE,
     ) -> JobQueue:
         """Open a pool on ``dsn`` (default: ``PGJOBS_DSN``, then ``DATABASE_URL``, then local),
         or use ``pool``, which is then left open by ``close()``."""
+        level = validation.durability(durability)
         if pool is not None:
-            return cls(Database(pool, schema, owns_pool=False), registry)
+            return cls(Database(pool, schema, owns_pool=False), registry, durability=level)
         resolved = dsn or dsn_from_env()
         assert resolved is not None
-        return cls(
-            await Database.connect(resolved, schema, min_size=min_size, max_size=max_size), registry
-        )
+        db = await Database.connect(resolved, schema, min_size=min_size, max_size=max_size)
+        return cls(db, registry, durability=level)
+
+    def _commit(self, durability: Durability | str | None) -> str | None:
+        level = self.durability if durability is None else validation.durability(durability)
+        return validation.commit_setting(level)
 
     async def close(self) -> None:
         await self.db.close()
@@ -120,6 +137,7 @@ class JobQueue:
         input: Any,
         *,
         connection: Connection | None = None,
+        durability: Durability | str | None = None,
         **options: Any,
     ) -> EnqueueResult:
         """Validate and enqueue one job; return its id.
@@ -131,21 +149,28 @@ class JobQueue:
         priority already waiting). With ``connection``, the job is written in
         the caller's transaction: it exists (and wakes workers) only if that commits.
         With ``dedup_key``, an in-flight job holding the key is returned with
-        ``duplicate=True`` instead of a new one.
+        ``duplicate=True`` instead of a new one. ``durability``: this call's, instead of the
+        queue's (with ``connection``, it applies to the caller's whole transaction).
         """
+        commit = self._commit(durability)
         return await insert_one(
-            self.db, prepare(JobSpec(kind, input, **options), self.registry), connection
+            self.db, prepare(JobSpec(kind, input, **options), self.registry), connection, commit
         )
 
     async def enqueue_many(
-        self, specs: Iterable[JobSpec], *, connection: Connection | None = None
+        self,
+        specs: Iterable[JobSpec],
+        *,
+        connection: Connection | None = None,
+        durability: Durability | str | None = None,
     ) -> list[EnqueueResult]:
         """Validate every spec, then write them all in one statement; results in input order.
 
-        If any spec is invalid, nothing is written.
+        If any spec is invalid, nothing is written. ``durability`` as for ``enqueue``.
         """
+        commit = self._commit(durability)
         prepared = [prepare(spec, self.registry) for spec in specs]
-        return await insert_many(self.db, prepared, connection)
+        return await insert_many(self.db, prepared, connection, commit)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -192,6 +217,7 @@ class JobQueue:
         kinds: Sequence[str] | None = None,
         limit: int = 1,
         lease: float = 30.0,
+        durability: Durability | str | None = None,
     ) -> list[JobContext]:
         """Claim up to ``limit`` due jobs of ``queues`` by hand (no worker), best first, leased
         for ``lease`` seconds, honouring pause, caps and rate limits as a worker's claim does.
@@ -199,8 +225,10 @@ class JobQueue:
 
         Finish each with ``ctx.complete(output)``, ``ctx.fail(exc)`` or ``ctx.release()``; keep
         it past its lease with ``ctx.extend_lease()``. A job left unfinished when its lease ends
-        has stalled and is put back by any worker's rescue.
+        has stalled and is put back by any worker's rescue. ``durability``: how those outcomes
+        commit (default: the queue's).
         """
+        self._commit(durability)  # a bad level is refused before anything is claimed
         wanted = sorted(kinds) if kinds is not None else self.registry.names()
         if not wanted:
             raise InvalidOption("kinds", "name the kinds to claim (the registry has none)")
@@ -211,10 +239,13 @@ class JobQueue:
         rows = await self.db.fetch("claim", names, wanted, limit, float(lease), 0)
         ordered = sorted(rows, key=lambda r: (-r["priority"], r["run_at"], r["id"]))
         await self._schedules.started(ordered)
-        return [JobContext(self.db, row, float(lease)) for row in ordered]
+        commit = self._commit(durability)
+        return [JobContext(self.db, row, float(lease), commit) for row in ordered]
 
     def worker(self, **options: Any) -> Worker:
-        """A Worker for this queue's registry; see Worker for the options."""
+        """A Worker for this queue's registry; see Worker for the options (``durability``
+        defaults to the queue's)."""
+        options.setdefault("durability", self.durability)
         return Worker(self.db, self.registry, **options)
 
     # -- flows -----------------------------------------------------------------------------
@@ -227,14 +258,17 @@ class JobQueue:
         default_priority: int | None = None,
         tenant: str | None = None,
         connection: Connection | None = None,
+        durability: Durability | str | None = None,
     ) -> SubmittedFlow:
-        """Write a flow's nodes, edges and flow row in one transaction; see Flows.submit."""
+        """Write a flow's nodes, edges and flow row in one transaction; see Flows.submit.
+        ``durability`` as for ``enqueue``: an async flow is lost whole or kept whole."""
         return await self._flows.submit(
             flow,
             metadata=metadata,
             default_priority=default_priority,
             tenant=tenant,
             connection=connection,
+            commit=self._commit(durability),
         )
 
     async def rerun_flow(

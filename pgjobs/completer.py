@@ -23,9 +23,12 @@ class Completer:
     """Buffer outcomes; ``submit`` resolves to True when written, False when the job was no
     longer owned by its claim (the write was a fenced no-op)."""
 
-    def __init__(self, db: Database, on_lost: Callable[[Outcome], None]) -> None:
+    def __init__(
+        self, db: Database, on_lost: Callable[[Outcome], None], commit: str | None = None
+    ) -> None:
         self._db = db
         self._on_lost = on_lost
+        self._commit = commit
         self._buffer: list[tuple[Outcome, asyncio.Future[bool]]] = []
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -88,12 +91,15 @@ class Completer:
                 future.set_result(owned)
 
     async def _write(self, outcomes: list[Outcome]) -> set[int]:
-        return await write_outcomes(self._db, outcomes)
+        return await write_outcomes(self._db, outcomes, commit=self._commit)
 
 
-async def write_outcomes(db: Database, outcomes: list[Outcome], conn: Any = None) -> set[int]:
+async def write_outcomes(
+    db: Database, outcomes: list[Outcome], conn: Any = None, commit: str | None = None
+) -> set[int]:
     """Write ``outcomes`` in one fenced statement (on ``conn``, inside its transaction, if
-    given); returns the ids written: a missing one was no longer owned by its claim."""
+    given); returns the ids written: a missing one was no longer owned by its claim.
+    ``commit``: the transaction's synchronous_commit (validation.commit_setting)."""
     rows = await db.fetch(
         "finish",
         [o.job_id for o in outcomes],
@@ -105,6 +111,7 @@ async def write_outcomes(db: Database, outcomes: list[Outcome], conn: Any = None
         [o.refund_attempt for o in outcomes],
         [o.deferred for o in outcomes],
         notify_channel(db.schema),
+        commit,
         conn=conn,
     )
     return {row["id"] for row in rows}

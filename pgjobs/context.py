@@ -46,6 +46,7 @@ class JobContext:
 
     __slots__ = (
         "_backoff",
+        "_commit",
         "_db",
         "_lease_seconds",
         "_payload",
@@ -72,9 +73,16 @@ class JobContext:
         "tenant",
     )
 
-    def __init__(self, db: Database, row: asyncpg.Record, lease_seconds: float) -> None:
+    def __init__(
+        self,
+        db: Database,
+        row: asyncpg.Record,
+        lease_seconds: float,
+        commit: str | None = None,
+    ) -> None:
         self._db = db
         self._lease_seconds = lease_seconds
+        self._commit = commit
         self.id: int = row["id"]
         self.queue: str = row["queue"]
         self.kind: str = row["kind"]
@@ -177,7 +185,7 @@ class JobContext:
             )
         if self.lost:
             return False
-        written = self.id in await write_outcomes(self._db, [outcome])
+        written = self.id in await write_outcomes(self._db, [outcome], commit=self._commit)
         if written:
             self.settled = outcome.status
         else:

@@ -236,13 +236,16 @@ def _row_args(job: PreparedJob) -> tuple[Any, ...]:
     )
 
 
-async def insert_one(db: Database, job: PreparedJob, conn: Any = None) -> EnqueueResult:
-    """Insert ``job`` or return the in-flight holder of its dedup key (bounded race loop)."""
+async def insert_one(
+    db: Database, job: PreparedJob, conn: Any = None, commit: str | None = None
+) -> EnqueueResult:
+    """Insert ``job`` or return the in-flight holder of its dedup key (bounded race loop).
+    ``commit``: the transaction's synchronous_commit (validation.commit_setting)."""
     if job.hold is not None:
-        return await _insert_held(db, job, job.hold, conn)
+        return await _insert_held(db, job, job.hold, conn, commit)
     channel = notify_channel(db.schema)
     for _ in range(MAX_DEDUP_ROUNDS):
-        row = await db.fetchrow("enqueue_one", *_row_args(job), channel, conn=conn)
+        row = await db.fetchrow("enqueue_one", *_row_args(job), channel, commit, conn=conn)
         if row is not None:
             return EnqueueResult(row["id"], row["duplicate"])
     # Only an in-flight dedup key can be released between the conflict and the read.
@@ -250,7 +253,7 @@ async def insert_one(db: Database, job: PreparedJob, conn: Any = None) -> Enqueu
 
 
 async def insert_many(
-    db: Database, jobs: list[PreparedJob], conn: Any = None
+    db: Database, jobs: list[PreparedJob], conn: Any = None, commit: str | None = None
 ) -> list[EnqueueResult]:
     """Insert ``jobs`` in one statement; results are in input order.
 
@@ -263,11 +266,11 @@ async def insert_many(
     if any(job.hold is not None for job in jobs):
         if conn is None:
             async with db.transaction() as own:
-                return await insert_many(db, jobs, own)
+                return await insert_many(db, jobs, own, commit)
         plain = [job for job in jobs if job.hold is None]
-        plain_results = iter(await insert_many(db, plain, conn))
+        plain_results = iter(await insert_many(db, plain, conn, commit))
         return [
-            next(plain_results) if job.hold is None else await insert_one(db, job, conn)
+            next(plain_results) if job.hold is None else await insert_one(db, job, conn, commit)
             for job in jobs
         ]
     first_of_key: dict[tuple[str, tuple[str, str, str]], int] = {}
@@ -289,13 +292,13 @@ async def insert_many(
         unique.append(job)
 
     columns = list(zip(*(_row_args(job) for job in unique), strict=True))
-    rows = await db.fetch("enqueue_many", *columns, notify_channel(db.schema), conn=conn)
+    rows = await db.fetch("enqueue_many", *columns, notify_channel(db.schema), commit, conn=conn)
     written: list[EnqueueResult] = []
     for job, row in zip(unique, rows, strict=True):
         if row["inserted"]:
             written.append(EnqueueResult(row["id"]))
         else:
-            written.append(await insert_one(db, job, conn))
+            written.append(await insert_one(db, job, conn, commit))
     results = []
     seen: set[int] = set()
     for index in position:
@@ -305,12 +308,14 @@ async def insert_many(
     return results
 
 
-async def _insert_held(db: Database, job: PreparedJob, hold: DedupHold, conn: Any) -> EnqueueResult:
+async def _insert_held(
+    db: Database, job: PreparedJob, hold: DedupHold, conn: Any, commit: str | None
+) -> EnqueueResult:
     """Time-bound dedup, decided under the key's row lock in one transaction: a running hold
     drops the job (extending the hold, or replacing a still-delayed holder, if asked)."""
     if conn is None:
         async with db.transaction() as own:
-            return await _insert_held(db, job, hold, own)
+            return await _insert_held(db, job, hold, own, commit)
     key = (job.queue, job.tenant, hold.key)
     async with conn.transaction():
         current = await db.fetchrow("lock_dedup_hold", *key, conn=conn)
@@ -326,7 +331,7 @@ async def _insert_held(db: Database, job: PreparedJob, hold: DedupHold, conn: An
                 if hold.extend:
                     await db.fetch("extend_dedup_hold", *key, hold.ttl, conn=conn)
                 return EnqueueResult(holder, duplicate=True)
-        result = await insert_one(db, replace(job, hold=None), conn)
+        result = await insert_one(db, replace(job, hold=None), conn, commit)
         if not result.duplicate:
             await db.fetch("set_dedup_hold", *key, result.id, hold.ttl, conn=conn)
         return result

@@ -143,11 +143,13 @@ class Flows:
         default_priority: int | None = None,
         tenant: str | None = None,
         connection: Connection | None = None,
+        commit: str | None = None,
     ) -> SubmittedFlow:
         """Write every node, every edge and the flow row in one transaction (the caller's, with
         ``connection``). A node's priority is its own, else ``default_priority``, else its
         kind's. Nothing is written when any node is invalid, the graph has a cycle, or a node's
-        job key or dedup key is already taken (FlowConflict)."""
+        job key or dedup key is already taken (FlowConflict). ``commit``: the transaction's
+        synchronous_commit (validation.commit_setting)."""
         order = flow.order()
         indegree = {node: 0 for node in order}
         for _, dependent in flow._edges:
@@ -167,9 +169,11 @@ class Flows:
                 raise InvalidOption("metadata", str(exc)) from None
 
         async def write(conn: Connection) -> SubmittedFlow:
-            flow_id = await self._db.fetchval("insert_flow", flow.name, meta, tenant, conn=conn)
+            flow_id = await self._db.fetchval(
+                "insert_flow", flow.name, meta, tenant, commit, conn=conn
+            )
             jobs = [replace(job, flow_id=flow_id) for job in prepared]
-            results = await insert_many(self._db, jobs, conn)
+            results = await insert_many(self._db, jobs, conn, commit)
             for node, result in zip(order, results, strict=True):
                 if result.duplicate:
                     spec = flow._nodes[node].spec

@@ -103,7 +103,7 @@ async def import_jobs(
     async def write(conn: Connection) -> list[EnqueueResult]:
         nonlocal flow_id
         if in_flow and flow_id is None:
-            flow_id = await db.fetchval("insert_flow", None, None, None, conn=conn)
+            flow_id = await db.fetchval("insert_flow", None, None, None, None, conn=conn)
         rows = [
             _row(p, job, flow_id if index in in_flow else None)
             for index, (p, job) in enumerate(prepared)

@@ -18,6 +18,18 @@ class Status(StrEnum):
     CANCELLED = "cancelled"
 
 
+class Durability(StrEnum):
+    """When an acknowledged write is safe. ``DURABLE``: the commit waits for the WAL flush, so
+    an acknowledged enqueue or outcome survives a server crash. ``ASYNC``: the commit returns
+    before the flush (``synchronous_commit = off`` for that transaction only): a server crash
+    may lose the acknowledged writes of its last moments (at most about three times
+    ``wal_writer_delay``, 600 ms by default), whole transactions only, never half of one; a
+    lost outcome means the job runs again. Like Redis with ``appendfsync everysec``."""
+
+    DURABLE = "durable"
+    ASYNC = "async"
+
+
 class SubState(StrEnum):
     """What dashboards show, derived in SQL from status and columns (never stored). Exactly one
     applies to every job; waiting_children wins over delayed and retry."""

@@ -8,6 +8,7 @@ from typing import Any
 
 from pgjobs.backoff import Backoff
 from pgjobs.errors import InvalidOption
+from pgjobs.models import Durability
 
 PRIORITY_MIN = -1_000_000_000
 PRIORITY_MAX = 1_000_000_000
@@ -141,3 +142,16 @@ def backoff(value: Any) -> Backoff:
     raise InvalidOption(
         "backoff", f"must be a Backoff, a number of seconds or a dict, got {type(value).__name__}"
     )
+
+
+def durability(value: Any, option: str = "durability") -> Durability:
+    """``"durable"`` or ``"async"`` (a Durability)."""
+    try:
+        return Durability(value)
+    except ValueError:
+        raise InvalidOption(option, f"must be 'durable' or 'async', got {value!r}") from None
+
+
+def commit_setting(level: Durability) -> str | None:
+    """The synchronous_commit a statement sets for its transaction: None keeps the server's."""
+    return "off" if level is Durability.ASYNC else None

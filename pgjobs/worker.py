@@ -18,7 +18,7 @@ from typing import Any
 
 import asyncpg
 
-from pgjobs import jsonvalue, runner
+from pgjobs import jsonvalue, runner, validation
 from pgjobs.claimer import Claimer
 from pgjobs.completer import Completer
 from pgjobs.config import cancels_channel, notify_channel
@@ -27,6 +27,7 @@ from pgjobs.errors import InvalidOption
 from pgjobs.executor import TRANSIENT_ERRORS, Database
 from pgjobs.kinds import Kind, Registry
 from pgjobs.lease import LeaseKeeper
+from pgjobs.models import Durability
 from pgjobs.notifier import Notifier
 from pgjobs.outcomes import Outcome
 from pgjobs.retrying import retry_delay, wait_or_stop
@@ -82,6 +83,9 @@ class Worker:
     heartbeated like running ones and given back (pending, attempt refunded, place kept) on
     ``stop()`` and ``pause()``; queues with a concurrency cap or a rate limit are never claimed
     ahead. ``claim_ahead=0`` turns it off.
+
+    ``durability``: how the outcomes this worker writes commit (see Durability); ``async``
+    may lose the outcomes of the last moments in a server crash, and those jobs run again.
     """
 
     def __init__(
@@ -100,6 +104,7 @@ class Worker:
         claim_ahead: int | None = None,
         on_rescue: RescueListener | None = None,
         name: str | None = None,
+        durability: Durability | str = Durability.DURABLE,
     ) -> None:
         handled = [kind for kind in registry if kind.handler is not None]
         if not handled:
@@ -165,7 +170,9 @@ class Worker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._releasing = False
         self._abandoning = False
-        self._completer = Completer(db, self._lost)
+        self.durability = validation.durability(durability)
+        self._commit = validation.commit_setting(self.durability)
+        self._completer = Completer(db, self._lost, self._commit)
         self._schedules = Schedules(db, registry)
         self._main: asyncio.Task[None] | None = None
         self._on_event = on_event
@@ -330,7 +337,7 @@ class Worker:
     def take(self, rows: list[asyncpg.Record]) -> None:
         for row in rows:
             self.stats.claimed += 1
-            self._ahead.append((JobContext(self._db, row, self.lease), row))
+            self._ahead.append((JobContext(self._db, row, self.lease, self._commit), row))
         scheduled = [row for row in rows if row["schedule"] is not None]
         if scheduled:  # runs of materialized schedules: enqueue their next runs
             task = asyncio.create_task(self._advance_schedules(scheduled))

@@ -2,7 +2,9 @@
 -- pending_deps set); these statements add the flow row, the edges, and the re-drives.
 
 -- name: insert_flow
-INSERT INTO {schema}.flows (name, metadata, tenant) VALUES ($1, $2::text::jsonb, $3) RETURNING id;
+-- $4: synchronous_commit of the flow's transaction, as for enqueue_one.
+INSERT INTO {schema}.flows (name, metadata, tenant) VALUES ($1, $2::text::jsonb, $3)
+RETURNING id, CASE WHEN $4::text IS NOT NULL THEN set_config('synchronous_commit', $4, true) END;
 
 -- name: insert_edges
 INSERT INTO {schema}.job_edges (prerequisite_id, dependent_id, policy)

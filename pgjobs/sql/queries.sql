@@ -10,7 +10,9 @@ SELECT 1;
 -- name: enqueue_one
 -- Insert one job, or return the job that already holds its job key (any status) or its dedup
 -- key (in flight). The NOTIFY goes out at commit. An empty result means the holder of a dedup
--- key finished between the conflict and the read: try again.
+-- key finished between the conflict and the read: try again. $21: the synchronous_commit of
+-- this transaction ('off' for Durability.ASYNC; NULL keeps the server's), set by the row it
+-- writes (nothing written, nothing to flush).
 WITH ins AS (
     INSERT INTO {schema}.jobs (queue, kind, name, payload, priority, run_at, max_attempts,
                                max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
@@ -20,7 +22,8 @@ WITH ins AS (
             $8, $9, $10::text::jsonb, $11, $12, $13, $14::text::jsonb, $15, $16::text::jsonb,
             $17, $18, $19)
     ON CONFLICT DO NOTHING
-    RETURNING id, pg_notify($20, queue)
+    RETURNING id, pg_notify($20, queue),
+              CASE WHEN $21::text IS NOT NULL THEN set_config('synchronous_commit', $21, true) END
 )
 SELECT id, false AS duplicate FROM ins
 UNION ALL
@@ -34,6 +37,7 @@ UNION ALL
 -- name: enqueue_many
 -- Insert many jobs in one statement. Returns one row per input (by ordinal) with the id it was
 -- given and whether it was written; rows not written hit a job key or an in-flight dedup key.
+-- $21: synchronous_commit, as for enqueue_one.
 WITH src AS MATERIALIZED (
     SELECT nextval('{schema}.jobs_id_seq') AS id, u.*
     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::timestamptz[],
@@ -54,7 +58,8 @@ ins AS (
            metadata::jsonb, job_key, retention::jsonb, flow_id, pending_deps, record_events
     FROM src ORDER BY ord
     ON CONFLICT DO NOTHING
-    RETURNING id
+    RETURNING id,
+              CASE WHEN $21::text IS NOT NULL THEN set_config('synchronous_commit', $21, true) END
 ),
 notified AS (
     SELECT pg_notify($20, q.queue) FROM (SELECT DISTINCT queue FROM src) q
@@ -114,10 +119,13 @@ SELECT
               AND queue = ANY($1::text[]) AND kind = ANY($2::text[])) AS busy;
 
 -- name: finish
--- Write outcomes fenced by lock token; resolve flow dependents; returns the ids written.
-SELECT finish_jobs AS id
-FROM {schema}.finish_jobs($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::float8[],
-                          $6::text[], $7::int[], $8::int[], $9::text);
+-- Write outcomes fenced by lock token; resolve flow dependents; returns the ids written. $10:
+-- synchronous_commit, as for enqueue_one.
+SELECT f.id
+FROM (SELECT CASE WHEN $10::text IS NOT NULL
+                  THEN set_config('synchronous_commit', $10, true) END) AS relaxed,
+     LATERAL {schema}.finish_jobs($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::float8[],
+                                  $6::text[], $7::int[], $8::int[], $9::text) AS f(id);
 
 -- name: heartbeat
 -- Extend the lease of many running jobs at once. Returns the ids still owned. Also the fenced

@@ -39,13 +39,17 @@ SELECT queue, paused, concurrency, group_concurrency, rate_limit, rate_period, l
 FROM {schema}.queue_settings WHERE queue = ANY($1::text[]) ORDER BY queue;
 
 -- name: worker_seen
--- Worker $1 is alive (upserted at start and with every heartbeat).
+-- Worker $1 is alive (upserted at start and with every heartbeat). Committed without waiting
+-- for the WAL flush, like the heartbeat: a lost report only hides a worker for one beat.
 INSERT INTO {schema}.workers AS w (id, name, host, pid, queues, concurrency, running, heartbeat)
-VALUES ($1, $2, $3, $4, $5::text[], $6, $7, $8)
+SELECT $1, $2, $3, $4, $5::text[], $6, $7, $8
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed
 ON CONFLICT (id) DO UPDATE SET running = excluded.running, last_seen = now();
 
 -- name: worker_gone
-DELETE FROM {schema}.workers WHERE id = $1;
+-- Also without waiting for the flush: a lost delete leaves a row list_workers soon ignores.
+DELETE FROM {schema}.workers
+WHERE id = $1 AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL;
 
 -- name: list_workers
 -- Workers seen within three of their heartbeat intervals (the others died), of queue $1 if
