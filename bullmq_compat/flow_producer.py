@@ -79,6 +79,12 @@ class FlowProducer:
             return None
         jobs = await self.connection.open(self._registry)
         queues_options = (opts or {}).get("queuesOptions", {})
+        if len(flows) == 1 and not (flows[0].get("opts") or {}).get("parent"):
+            # One tree with no parent to look up: its submission is atomic by itself.
+            graph = pgjobs.Flow(flows[0].get("name"))
+            self._build(graph, flows[0], "root", None, queues_options)
+            submitted = await jobs.submit_flow(graph, durability=self.durability)
+            return [self._result(flows[0], "root", submitted.job_ids)]
         results = []
         async with jobs.transaction() as conn:  # every tree, or none
             for tree in flows:

@@ -212,7 +212,7 @@ def _dedup_hold(spec: JobSpec, dedup_key: str | None) -> DedupHold | None:
     return DedupHold(dedup_key, ttl, bool(spec.dedup_extend), bool(spec.dedup_replace))
 
 
-def _row_args(job: PreparedJob) -> tuple[Any, ...]:
+def row_args(job: PreparedJob) -> tuple[Any, ...]:
     return (
         job.queue,
         job.kind,
@@ -245,7 +245,7 @@ async def insert_one(
         return await _insert_held(db, job, job.hold, conn, commit)
     channel = notify_channel(db.schema)
     for _ in range(MAX_DEDUP_ROUNDS):
-        row = await db.fetchrow("enqueue_one", *_row_args(job), channel, commit, conn=conn)
+        row = await db.fetchrow("enqueue_one", *row_args(job), channel, commit, conn=conn)
         if row is not None:
             return EnqueueResult(row["id"], row["duplicate"])
     # Only an in-flight dedup key can be released between the conflict and the read.
@@ -291,14 +291,20 @@ async def insert_many(
         position.append(len(unique))
         unique.append(job)
 
-    columns = list(zip(*(_row_args(job) for job in unique), strict=True))
-    rows = await db.fetch("enqueue_many", *columns, notify_channel(db.schema), commit, conn=conn)
     written: list[EnqueueResult] = []
-    for job, row in zip(unique, rows, strict=True):
-        if row["inserted"]:
-            written.append(EnqueueResult(row["id"]))
-        else:
-            written.append(await insert_one(db, job, conn, commit))
+    if len(unique) == 1:
+        # One row: the single-row statement is cheaper than unnesting arrays of one.
+        written.append(await insert_one(db, unique[0], conn, commit))
+    else:
+        columns = list(zip(*(row_args(job) for job in unique), strict=True))
+        rows = await db.fetch(
+            "enqueue_many", *columns, notify_channel(db.schema), commit, conn=conn
+        )
+        for job, row in zip(unique, rows, strict=True):
+            if row["inserted"]:
+                written.append(EnqueueResult(row["id"]))
+            else:
+                written.append(await insert_one(db, job, conn, commit))
     results = []
     seen: set[int] = set()
     for index in position:

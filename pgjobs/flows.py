@@ -12,7 +12,7 @@ import asyncpg
 
 from pgjobs import jsonvalue
 from pgjobs.config import notify_channel
-from pgjobs.enqueue import JobSpec, insert_many, insert_one, prepare
+from pgjobs.enqueue import JobSpec, PreparedJob, insert_many, insert_one, prepare, row_args
 from pgjobs.errors import (
     FlowConflict,
     FlowCycle,
@@ -168,6 +168,13 @@ class Flows:
             except jsonvalue.NotJson as exc:
                 raise InvalidOption("metadata", str(exc)) from None
 
+        if all(
+            job.job_key is None and job.dedup_key is None and job.hold is None for job in prepared
+        ):
+            return await self._submit_keyless(
+                flow, order, prepared, meta, tenant, connection, commit
+            )
+
         async def write(conn: Connection) -> SubmittedFlow:
             flow_id = await self._db.fetchval(
                 "insert_flow", flow.name, meta, tenant, commit, conn=conn
@@ -191,6 +198,36 @@ class Flows:
             return SubmittedFlow(flow_id, ids)
 
         return await self._db.in_transaction(write, connection)
+
+    async def _submit_keyless(
+        self,
+        flow: Flow,
+        order: list[str],
+        prepared: list[PreparedJob],
+        meta: str | None,
+        tenant: str | None,
+        connection: Connection | None,
+        commit: str | None,
+    ) -> SubmittedFlow:
+        """A flow none of whose nodes holds a job key or a dedup key cannot conflict with
+        anything: flow row, nodes and edges are written by one statement (atomic by itself)."""
+        ordinal = {node: index for index, node in enumerate(order, start=1)}
+        edges = list(flow._edges.items())
+        rows = await self._db.fetch(
+            "insert_keyless_flow",
+            *zip(*(row_args(job) for job in prepared), strict=True),
+            self._channel,
+            commit,
+            flow.name,
+            meta,
+            tenant,
+            [ordinal[p] for (p, _), _ in edges],
+            [ordinal[d] for (_, d), _ in edges],
+            [policy.value for _, policy in edges],
+            conn=connection,
+        )
+        ids = {node: row["id"] for node, row in zip(order, rows, strict=True)}
+        return SubmittedFlow(rows[0]["flow_id"], ids)
 
     async def add_prerequisite(
         self,

@@ -1,10 +1,63 @@
--- Flows: a DAG of jobs submitted together. Nodes are inserted by enqueue_many (with flow_id and
--- pending_deps set); these statements add the flow row, the edges, and the re-drives.
+-- Flows: a DAG of jobs submitted together. A flow whose nodes hold no key is written by
+-- insert_keyless_flow alone; otherwise its nodes are inserted by enqueue_many (with flow_id and
+-- pending_deps set) after insert_flow, then insert_edges. Then the re-drives.
 
 -- name: insert_flow
 -- $4: synchronous_commit of the flow's transaction, as for enqueue_one.
 INSERT INTO {schema}.flows (name, metadata, tenant) VALUES ($1, $2::text::jsonb, $3)
 RETURNING id, CASE WHEN $4::text IS NOT NULL THEN set_config('synchronous_commit', $4, true) END;
+
+-- name: insert_keyless_flow
+-- A whole flow in one statement, for nodes with no job key and no dedup key (nothing can
+-- conflict, so every row is written and no transaction is needed): the flow row ($22 name, $23
+-- metadata, $24 tenant), the nodes ($1-$19 as enqueue_many's arrays; $17, flow_id, is the new
+-- row's), and the edges between them by node ordinal ($25 prerequisite, $26 dependent, $27
+-- policy). $20: the notification channel; $21: synchronous_commit, as for enqueue_one.
+WITH flow AS (
+    INSERT INTO {schema}.flows (name, metadata, tenant) VALUES ($22, $23::text::jsonb, $24)
+    RETURNING id, CASE WHEN $21::text IS NOT NULL
+                       THEN set_config('synchronous_commit', $21, true) END
+),
+src AS MATERIALIZED (
+    SELECT nextval('{schema}.jobs_id_seq') AS id, u.*
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::timestamptz[],
+                $7::float8[], $8::int[], $9::int[], $10::text[], $11::text[], $12::text[],
+                $13::text[], $14::text[], $15::text[], $16::text[], $17::bigint[], $18::int[],
+                $19::bool[])
+         WITH ORDINALITY AS u(queue, kind, name, payload, priority, run_at, delay, max_attempts,
+                              max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
+                              job_key, retention, flow_id, pending_deps, record_events, ord)
+),
+ins AS (
+    INSERT INTO {schema}.jobs (id, queue, kind, name, payload, priority, run_at, max_attempts,
+                               max_deferrals, backoff, group_key, tenant, metadata, retention,
+                               flow_id, pending_deps, record_events)
+    SELECT id, queue, kind, name, payload::jsonb, priority,
+           coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
+           max_attempts, max_deferrals, backoff::jsonb, group_key, tenant, metadata::jsonb,
+           retention::jsonb, (SELECT f.id FROM flow f), pending_deps, record_events
+    FROM src ORDER BY ord
+    RETURNING id, queue, name, job_key, tenant, pending_deps, run_at, priority, record_events
+),
+added AS (
+    INSERT INTO {schema}.job_events (queue, job_id, job_key, tenant, event, data)
+    SELECT a.queue, a.id, a.job_key, a.tenant, 'added',
+           {schema}.added_event_data(a.name, a.pending_deps, a.run_at, a.priority)
+    FROM ins a WHERE a.record_events ORDER BY a.id
+    RETURNING pg_notify('{schema}_events', queue)
+),
+edges AS (
+    INSERT INTO {schema}.job_edges (prerequisite_id, dependent_id, policy)
+    SELECT p.id, d.id, e.policy
+    FROM unnest($25::bigint[], $26::bigint[], $27::text[]) AS e(prerequisite, dependent, policy)
+    JOIN src p ON p.ord = e.prerequisite
+    JOIN src d ON d.ord = e.dependent
+),
+notified AS (
+    SELECT pg_notify($20, q.queue) FROM (SELECT DISTINCT queue FROM src) q
+)
+SELECT (SELECT f.id FROM flow f) AS flow_id, src.id, (SELECT count(*) FROM notified) AS queues
+FROM src ORDER BY src.ord;
 
 -- name: insert_edges
 INSERT INTO {schema}.job_edges (prerequisite_id, dependent_id, policy)
@@ -64,7 +117,14 @@ cloned AS (
            (SELECT count(*) FROM {schema}.job_edges e WHERE e.dependent_id = s.id),
            s.record_events
     FROM src s ORDER BY s.id
-    RETURNING id, queue
+    RETURNING id, queue, name, job_key, tenant, pending_deps, run_at, priority, record_events
+),
+added AS (
+    INSERT INTO {schema}.job_events (queue, job_id, job_key, tenant, event, data)
+    SELECT a.queue, a.id, a.job_key, a.tenant, 'added',
+           {schema}.added_event_data(a.name, a.pending_deps, a.run_at, a.priority)
+    FROM cloned a WHERE a.record_events ORDER BY a.id
+    RETURNING pg_notify('{schema}_events', queue)
 ),
 edges AS (
     INSERT INTO {schema}.job_edges (prerequisite_id, dependent_id, policy)

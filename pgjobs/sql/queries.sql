@@ -12,7 +12,8 @@ SELECT 1;
 -- key (in flight). The NOTIFY goes out at commit. An empty result means the holder of a dedup
 -- key finished between the conflict and the read: try again. $21: the synchronous_commit of
 -- this transaction ('off' for Durability.ASYNC; NULL keeps the server's), set by the row it
--- writes (nothing written, nothing to flush).
+-- writes (nothing written, nothing to flush). The job's 'added' event, when it records events,
+-- is written by this statement (`added`; sql/schema/job_events.sql says why).
 WITH ins AS (
     INSERT INTO {schema}.jobs (queue, kind, name, payload, priority, run_at, max_attempts,
                                max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
@@ -22,8 +23,16 @@ WITH ins AS (
             $8, $9, $10::text::jsonb, $11, $12, $13, $14::text::jsonb, $15, $16::text::jsonb,
             $17, $18, $19)
     ON CONFLICT DO NOTHING
-    RETURNING id, pg_notify($20, queue),
+    RETURNING id, queue, name, job_key, tenant, pending_deps, run_at, priority, record_events,
+              pg_notify($20, queue),
               CASE WHEN $21::text IS NOT NULL THEN set_config('synchronous_commit', $21, true) END
+),
+added AS (
+    INSERT INTO {schema}.job_events (queue, job_id, job_key, tenant, event, data)
+    SELECT a.queue, a.id, a.job_key, a.tenant, 'added',
+           {schema}.added_event_data(a.name, a.pending_deps, a.run_at, a.priority)
+    FROM ins a WHERE a.record_events ORDER BY a.id
+    RETURNING pg_notify('{schema}_events', queue)
 )
 SELECT id, false AS duplicate FROM ins
 UNION ALL
@@ -37,7 +46,7 @@ UNION ALL
 -- name: enqueue_many
 -- Insert many jobs in one statement. Returns one row per input (by ordinal) with the id it was
 -- given and whether it was written; rows not written hit a job key or an in-flight dedup key.
--- $21: synchronous_commit, as for enqueue_one.
+-- $21: synchronous_commit, and the 'added' events, as for enqueue_one.
 WITH src AS MATERIALIZED (
     SELECT nextval('{schema}.jobs_id_seq') AS id, u.*
     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::timestamptz[],
@@ -58,8 +67,15 @@ ins AS (
            metadata::jsonb, job_key, retention::jsonb, flow_id, pending_deps, record_events
     FROM src ORDER BY ord
     ON CONFLICT DO NOTHING
-    RETURNING id,
+    RETURNING id, queue, name, job_key, tenant, pending_deps, run_at, priority, record_events,
               CASE WHEN $21::text IS NOT NULL THEN set_config('synchronous_commit', $21, true) END
+),
+added AS (
+    INSERT INTO {schema}.job_events (queue, job_id, job_key, tenant, event, data)
+    SELECT a.queue, a.id, a.job_key, a.tenant, 'added',
+           {schema}.added_event_data(a.name, a.pending_deps, a.run_at, a.priority)
+    FROM ins a WHERE a.record_events ORDER BY a.id
+    RETURNING pg_notify('{schema}_events', queue)
 ),
 notified AS (
     SELECT pg_notify($20, q.queue) FROM (SELECT DISTINCT queue FROM src) q

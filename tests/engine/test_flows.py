@@ -484,3 +484,50 @@ async def test_removing_a_satisfied_dependency_changes_no_count(
     assert await jobs.remove_dependency(ids["done"], ids["dependent"])
     row = await jobs.get(ids["dependent"])
     assert row is not None and row.pending_deps == 1  # still waits for "pending"
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["keyless", "keyed"])
+async def test_a_flow_is_written_whole_with_its_edges_and_counts(
+    jobs: JobQueue, ran: list[str], keyed: bool
+) -> None:
+    # A keyless flow is one statement; a flow holding a key takes the checked path. Both write
+    # the flow row, every node in it, every edge and each node's count of prerequisites.
+    flow = Flow("shape")
+    for label in "abc":
+        node(flow, label, job_key=f"key-{label}" if keyed else None)
+    flow.edge("a", "c")
+    flow.edge("b", "c", EdgePolicy.IGNORE)
+    submitted = await jobs.submit_flow(flow)
+    rows = {label: await jobs.get(submitted.job_ids[label]) for label in "abc"}
+    assert {label: (r.flow_id, r.pending_deps) for label, r in rows.items() if r} == {
+        "a": (submitted.flow_id, 0),
+        "b": (submitted.flow_id, 0),
+        "c": (submitted.flow_id, 2),
+    }
+    edges = await jobs.db.pool.fetch(
+        f"SELECT prerequisite_id, dependent_id, policy FROM {jobs.schema}.job_edges"
+        " ORDER BY prerequisite_id"
+    )
+    ids = submitted.job_ids
+    assert [tuple(e) for e in edges] == [
+        (ids["a"], ids["c"], "block"),
+        (ids["b"], ids["c"], "ignore"),
+    ]
+    await drain(jobs)
+    assert ran[-1] == "c"
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["keyless", "keyed"])
+async def test_a_flow_in_a_rolled_back_transaction_leaves_nothing(
+    jobs: JobQueue, ran: list[str], keyed: bool
+) -> None:
+    flow = Flow()
+    node(flow, "a", job_key="only-key" if keyed else None)
+    node(flow, "b")
+    flow.edge("a", "b")
+    with pytest.raises(RuntimeError, match="caller gives up"):
+        async with jobs.transaction() as conn:
+            await jobs.submit_flow(flow, connection=conn)
+            raise RuntimeError("caller gives up")
+    assert await count(jobs) == 0 and await count(jobs, "flows") == 0
+    assert await count(jobs, "job_edges") == 0

@@ -1,24 +1,34 @@
 -- The job event log (table job_events, migration 0004): a job enqueued with events=True has
 -- every transition appended in the same transaction as the change, so the log and the table
--- never disagree. Written once per statement from its transition tables (one INSERT ... SELECT
--- and one notification per queue), ordered by job id within the statement. Statement triggers
--- have no WHEN clause: jobs without the flag are filtered inside.
+-- never disagree. Changes and removals are written once per statement from its transition
+-- tables (one INSERT ... SELECT and one notification per queue), ordered by job id within the
+-- statement; statement triggers have no WHEN clause, so jobs without the flag are filtered
+-- inside. Additions are written by the inserting statements themselves (below).
 --
 -- Readers follow the log in commit-safe order, (txid, id), reading only transactions older
 -- than every one still running (events.sql), so an event never lands behind a reader's cursor.
 
--- Added and removed rows: one event per row of the statement's transition table, `affected`.
-CREATE OR REPLACE FUNCTION {schema}.record_added_or_removed_events() RETURNS trigger LANGUAGE plpgsql AS $fn$
+-- Added rows are written by the statements that insert jobs (enqueue_one, enqueue_many,
+-- import_jobs, insert_flow's nodes, rerun_flow), in a CTE of the same statement, with the data
+-- below: no statement trigger on INSERT, so an insert of jobs without the flag (every native
+-- job by default) captures no transition table.
+CREATE OR REPLACE FUNCTION {schema}.added_event_data(
+    job_name text, deps int, due timestamptz, job_priority int
+) RETURNS jsonb LANGUAGE sql STABLE AS $fn$
+    SELECT jsonb_build_object(
+        'name', job_name,
+        'state', CASE WHEN deps > 0 THEN 'waiting_children'
+                      WHEN due > now() THEN 'delayed' ELSE 'ready' END,
+        'run_at', due, 'priority', job_priority)
+$fn$;
+
+DROP TRIGGER IF EXISTS jobs_events_insert ON {schema}.jobs;
+
+-- Removed rows: one event per row of the statement's transition table, `affected`.
+CREATE OR REPLACE FUNCTION {schema}.record_removed_events() RETURNS trigger LANGUAGE plpgsql AS $fn$
 BEGIN
     INSERT INTO {schema}.job_events (queue, job_id, job_key, tenant, event, prev, data)
-    SELECT r.queue, r.id, r.job_key, r.tenant,
-           CASE TG_OP WHEN 'INSERT' THEN 'added' ELSE 'removed' END,
-           CASE TG_OP WHEN 'DELETE' THEN r.status END,
-           CASE TG_OP WHEN 'INSERT' THEN jsonb_build_object(
-               'name', r.name,
-               'state', CASE WHEN r.pending_deps > 0 THEN 'waiting_children'
-                             WHEN r.run_at > now() THEN 'delayed' ELSE 'ready' END,
-               'run_at', r.run_at, 'priority', r.priority) END
+    SELECT r.queue, r.id, r.job_key, r.tenant, 'removed', r.status, NULL
     FROM affected r
     WHERE r.record_events
     ORDER BY r.id;
@@ -87,12 +97,11 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE TRIGGER jobs_events_insert AFTER INSERT ON {schema}.jobs
-    REFERENCING NEW TABLE AS affected
-    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_added_or_removed_events();
 CREATE OR REPLACE TRIGGER jobs_events_update AFTER UPDATE ON {schema}.jobs
     REFERENCING OLD TABLE AS before_rows NEW TABLE AS after_rows
     FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_changed_events();
 CREATE OR REPLACE TRIGGER jobs_events_delete AFTER DELETE ON {schema}.jobs
     REFERENCING OLD TABLE AS affected
-    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_added_or_removed_events();
+    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_removed_events();
+
+DROP FUNCTION IF EXISTS {schema}.record_added_or_removed_events();
