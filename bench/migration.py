@@ -78,7 +78,6 @@ async def main(total: int) -> None:
         await client.delete(key)
     await client.aclose()
     await jobs.pool.execute(f"DROP SCHEMA {schema} CASCADE")
-    await jobs.pool.execute(f"DROP SCHEMA {schema}_migration CASCADE")
     await jobs.close()
 
 

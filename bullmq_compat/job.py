@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from bullmq_compat.custom_errors import UnrecoverableError
 from bullmq_compat.mapping import (
     attempts_made,
+    deferred_failure,
+    exact_data,
     json_data,
     state_of,
     to_bullmq_priority,
@@ -78,6 +80,9 @@ class Job:
         self.stacktrace: list[str] = []
         self.token: str | None = None
         self.repeatJobKey: str | None = opts.get("repeatJobKey")
+        self.deferredFailure: str | None = None
+        """Why this parent fails when a worker takes it (a failParentOnFailure child failed);
+        set on jobs migrated in that state."""
         parent = opts.get("parent")
         self.parent = {"id": parent.get("id"), "queueKey": parent.get("queue")} if parent else None
         self.parentKey = f"{parent['queue']}:{parent['id']}" if parent else None
@@ -102,7 +107,9 @@ class Job:
     @classmethod
     def from_row(cls, queue: Queue, row: JobRow) -> Job:
         opts = (row.metadata or {}).get("opts", {}) if isinstance(row.metadata, dict) else {}
-        job = cls(queue, row.name, row.payload, opts, job_id_of(row.id, row.job_key))
+        data = exact_data(row.payload, row.metadata)
+        job = cls(queue, row.name, data, opts, job_id_of(row.id, row.job_key))
+        job.deferredFailure = deferred_failure(row.metadata)
         job.engine_id = row.id
         job.priority = to_bullmq_priority(row.priority)
         job.progress = row.progress if row.progress is not None else 0
@@ -123,7 +130,9 @@ class Job:
     @classmethod
     def from_context(cls, queue: Queue, ctx: JobContext, data: Any) -> Job:
         opts = (ctx.metadata or {}).get("opts", {}) if isinstance(ctx.metadata, dict) else {}
+        data = exact_data(data, ctx.metadata)
         job = cls(queue, ctx.name, data, opts, job_id_of(ctx.id, ctx.job_key))
+        job.deferredFailure = deferred_failure(ctx.metadata)
         job.engine_id = ctx.id
         job.context = ctx
         job.priority = to_bullmq_priority(ctx.priority)

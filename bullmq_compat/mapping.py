@@ -6,6 +6,7 @@ priorities), so that an error names what the caller wrote, never the engine fiel
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 from typing import Any
@@ -20,6 +21,8 @@ from pgjobs import (
     Registry,
     Status,
     SubState,
+    jsonb_problem,
+    jsonb_safe,
     validate_text,
 )
 
@@ -68,6 +71,37 @@ def json_data(value: Any, option: str = "data") -> Any:
     what ``json.dumps`` raises for a value BullMQ's client refuses (TypeError for a set, bytes,
     a Decimal, a datetime...; ValueError for NaN and infinities), with Python's own message."""
     return json.loads(json.dumps(value, separators=(",", ":"), allow_nan=False))
+
+
+def stored_data(data: Any) -> tuple[Any, str | None]:
+    """``data`` (as ``json_data`` returns it) as the engine stores it: itself, or, when jsonb
+    cannot hold it (a NUL, a lone surrogate: BullMQ stores any JSON text), a jsonb-safe copy
+    plus the exact JSON (base64 of its UTF-8) for ``metadata.bullmq.raw_data``."""
+    if jsonb_problem(data) is None:
+        return data, None
+    text = json.dumps(data, separators=(",", ":"))  # ASCII: lone surrogates stay escapes
+    return jsonb_safe(data), base64.b64encode(text.encode()).decode()
+
+
+def exact_data(payload: Any, metadata: Any) -> Any:
+    """A job's data as BullMQ holds it: the payload, or the exact JSON kept beside it when the
+    payload is its jsonb-safe copy (the raw copy is ignored once the payload was replaced)."""
+    bullmq = metadata.get("bullmq") if isinstance(metadata, dict) else None
+    raw = bullmq.get("raw_data") if isinstance(bullmq, dict) else None
+    if not isinstance(raw, str):
+        return payload
+    try:
+        exact = json.loads(base64.b64decode(raw).decode("utf-8"))
+    except ValueError:  # not UTF-8 JSON (binascii.Error and UnicodeDecodeError included)
+        return payload
+    return exact if jsonb_safe(exact) == payload else payload
+
+
+def deferred_failure(metadata: Any) -> str | None:
+    """The deferred failure BullMQ recorded on a parent (``defa``) and the migration kept."""
+    bullmq = metadata.get("bullmq") if isinstance(metadata, dict) else None
+    reason = bullmq.get("deferred_failure") if isinstance(bullmq, dict) else None
+    return reason if isinstance(reason, str) else None
 
 
 def to_engine_priority(priority: Any) -> int:

@@ -22,6 +22,7 @@ from bullmq_compat.mapping import (
     enqueue_options,
     facade_registry,
     json_data,
+    stored_data,
     to_engine_priority,
 )
 from pgjobs import JobFilter, JobRow, JobSpec, SubState
@@ -134,7 +135,10 @@ class Queue:
     ) -> tuple[JobSpec, dict[str, Any]]:
         merged = {**self.jobsOpts, **(opts or {})}
         options = enqueue_options(name, merged, self.prefix, self.name, events=self._record_events)
-        return JobSpec(KIND, json_data(data), **options), merged
+        payload, raw = stored_data(json_data(data))
+        if raw is not None:
+            options["metadata"]["bullmq"] = {"raw_data": raw}
+        return JobSpec(KIND, payload, **options), merged
 
     async def _enqueue(
         self, specs: list[JobSpec], connection: Any, *, idempotent: bool

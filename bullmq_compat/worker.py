@@ -17,6 +17,7 @@ from bullmq_compat.connection import EngineConnection
 from bullmq_compat.custom_errors import (
     DelayedError,
     RateLimitError,
+    UnrecoverableError,
     WaitingChildrenError,
 )
 from bullmq_compat.emitter import EventEmitter
@@ -191,6 +192,10 @@ class Worker(EventEmitter):
         self.emit("active", job, "waiting")
         assert self.processor is not None
         try:
+            if job.deferredFailure:
+                # A failParentOnFailure child failed (a job migrated in that state): the
+                # parent fails unrun, as BullMQ's worker fails it.
+                raise UnrecoverableError(job.deferredFailure)
             if self._wants_signal:
                 controller = self._controllers[ctx.id] = AbortController(ctx)
                 result = await self.processor(job, job.token, controller.signal)

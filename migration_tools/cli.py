@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
-
-import asyncpg
-from redis.exceptions import RedisError
 
 from migration_tools.run import ExitCode, MigrationOptions, migrate
 from pgjobs import PgJobsError, dsn_from_env
@@ -54,6 +52,7 @@ def parser() -> argparse.ArgumentParser:
         help="after a verified run, remove the queues from Redis with BullMQ's client",
     )
     p.add_argument("--batch-size", type=int, default=500)
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     return p
 
 
@@ -102,20 +101,13 @@ def main(argv: list[str] | None = None) -> int:
         where = f"--{_FLAGS.get(flag, flag)}: " if flag else ""
         print(f"bullmq-to-pgjobs: {where}{exc}; nothing was written", file=sys.stderr)
         return int(ExitCode.REFUSED)
-    try:
-        report = asyncio.run(migrate(options))
-    except (OSError, RedisError) as exc:  # connection refused, bad host, DNS, auth ...
-        print(f"bullmq-to-pgjobs: connection failed: {exc}. Each batch is its own transaction: "
-              "rerun to finish (the ledger skips what is done)", file=sys.stderr)  # fmt: skip
-        return int(ExitCode.INCOMPLETE)
-    except PgJobsError as exc:
-        print(f"bullmq-to-pgjobs: {exc}; nothing was written", file=sys.stderr)
-        return int(ExitCode.REFUSED)
-    except asyncpg.PostgresError as exc:  # unknown database or role, permissions, server gone
-        print(f"bullmq-to-pgjobs: PostgreSQL error ({type(exc).__name__}): {exc}. Each batch is "
-              "its own transaction: fix the cause and rerun", file=sys.stderr)  # fmt: skip
-        return int(ExitCode.INCOMPLETE)
-    print(report.render())
+    report = asyncio.run(migrate(options))
+    if args.json:
+        print(json.dumps(report.as_dict()))
+    elif report.refused:
+        print(f"bullmq-to-pgjobs: {report.refused}", file=sys.stderr)
+    else:
+        print(report.render())
     return int(report.exit_code)
 
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, TextIO
 
+import asyncpg
+
 from bullmq_compat import Queue, facade_registry
 from migration_tools import snapshot as snap
 from migration_tools.layout import LegacyLayout, split_job_key
@@ -109,6 +111,40 @@ class Report:
             return ExitCode.INCOMPLETE
         return ExitCode.OK
 
+    def skipped_summary(self) -> list[tuple[str, str, list[str]]]:
+        """Skipped jobs by (queue, reason), with their ids, in first-seen order."""
+        groups: dict[tuple[str, str], list[str]] = {}
+        for skip in self.plan.skipped if self.plan else []:
+            groups.setdefault((skip.queue, skip.reason), []).append(skip.job_id)
+        return [(queue, reason, ids) for (queue, reason), ids in groups.items()]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report for scripts (``--json``): every field, plus the exit status."""
+        plan = self.plan
+        return {
+            "exit_code": int(self.exit_code),
+            "exit": self.exit_code.name,
+            "refused": self.refused,
+            "queues": self.queues,
+            "counts": plan.counts if plan else {},
+            "jobs": plan.job_count if plan else 0,
+            "flows": sum(1 for u in plan.units if u.edges) if plan else 0,
+            "schedules": len(plan.schedules) if plan else 0,
+            "dedup_holds": len(plan.holds) if plan else 0,
+            "skipped": [
+                {"queue": queue, "reason": reason, "count": len(ids), "job_ids": ids}
+                for queue, reason, ids in self.skipped_summary()
+            ],
+            "warnings": plan.warnings if plan else [],
+            "written": self.written,
+            "already_migrated": self.already_done,
+            "verified": self.verified,
+            "problems": self.problems,
+            "changed": self.changed,
+            "deleted": self.deleted,
+            "notes": self.notes,
+        }
+
     def render(self) -> str:
         lines: list[str] = []
         if self.refused:
@@ -126,8 +162,11 @@ class Report:
                 f"schedules: {len(plan.schedules)}; dedup holds: {len(plan.holds)}; "
                 f"queue settings: {len(plan.settings)}"
             )
-            for skip in plan.skipped:
-                lines.append(f"  skipped {skip.queue} {skip.job_id}: {skip.reason}")
+            for queue, reason, ids in self.skipped_summary():
+                shown = ", ".join(ids[:5]) + (
+                    f", ... ({len(ids) - 5} more)" if len(ids) > 5 else ""
+                )
+                lines.append(f"  skipped in {queue}: {len(ids)} {reason} ({shown})")
             for warning in plan.warnings:
                 lines.append(f"  warning: {warning}")
         lines.append(f"written: {self.written}; already migrated: {self.already_done}")
@@ -141,21 +180,42 @@ class Report:
 
 
 async def migrate(options: MigrationOptions) -> Report:
+    """Run the migration; every outcome is in the Report (a refusal when nothing could be
+    read or written, a problem when a run stopped part way), never an exception."""
     import redis.asyncio as aioredis
+    from redis.exceptions import RedisError
 
     report = Report()
     redis = aioredis.from_url(options.redis_url, decode_responses=False)
     jobs: JobQueue | None = None
     try:
-        jobs = await JobQueue.connect(
-            options.postgres_dsn, schema=options.schema, registry=facade_registry()
-        )
         try:
+            await redis.ping()
+        except (OSError, RedisError) as exc:
+            report.refused = f"cannot reach Redis ({_one_line(exc)}); nothing was read or written"
+            return report
+        try:
+            jobs = await JobQueue.connect(
+                options.postgres_dsn, schema=options.schema, registry=facade_registry()
+            )
             await jobs.check_schema()
         except SchemaMissing as exc:
             report.refused = str(exc)
             return report
-        await _run(redis, jobs, options, report)
+        except (OSError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            report.refused = (
+                f"cannot use PostgreSQL ({type(exc).__name__}: {_one_line(exc)}); nothing was "
+                "written"
+            )
+            return report
+        try:
+            await _run(redis, jobs, options, report)
+        except (OSError, RedisError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            report.problems.append(
+                f"stopped by {type(exc).__name__}: {_one_line(exc)}; {report.written} job(s) "
+                "written, each batch in its own transaction: rerun to finish (what is done is "
+                "skipped)"
+            )
         return report
     except LegacyLayout as exc:
         report.refused = str(exc)
@@ -164,6 +224,10 @@ async def migrate(options: MigrationOptions) -> Report:
         await redis.aclose()
         if jobs is not None:
             await jobs.close()
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 async def _run(redis: Any, jobs: JobQueue, options: MigrationOptions, report: Report) -> None:
@@ -185,15 +249,13 @@ async def _run(redis: Any, jobs: JobQueue, options: MigrationOptions, report: Re
     before = {ref: await snap.fingerprint(redis, ref) for ref in refs}
     snapshots = await _snapshots_with_flows(redis, refs, known, report)
     report.queues = [str(r) for r in snapshots]
-    plan = Transformer(snapshots, options.include_history).build()
+    plan = Transformer(snapshots, options.include_history, locks_may_be_held=bool(clients)).build()
     for snapshot in snapshots.values():
         snapshot.jobs.clear()  # the plan holds what is written and verified from here on
     report.plan = plan
     if options.dry_run:
         return
-    ledger = Ledger(jobs.schema)
-    async with jobs.pool.acquire() as conn:
-        await ledger.create(conn)
+    ledger = Ledger(jobs)
     if writing:
         await _write(jobs, ledger, plan, options, report)
     after = {ref: await snap.fingerprint(redis, ref) for ref in before}
@@ -286,16 +348,15 @@ async def _write(
             if result is not None:
                 await result
     progress.close()
-    async with jobs.pool.acquire() as conn:
-        for schedule in plan.schedules:
-            pending = None
-            if schedule.pending is not None:
-                ref, bullmq_id = schedule.pending
-                pending = await ledger.engine_id(conn, ref.prefix, ref.name, bullmq_id)
-            await jobs.upsert_schedule(**schedule.arguments, pending_job_id=pending)
-        for hold in plan.holds:
-            job_id = None if hold.job is None else await ledger.engine_id(conn, *hold.job)
-            await jobs.hold_dedup_key(hold.queue, hold.key, hold.until, job_id=job_id)
+    for schedule in plan.schedules:
+        pending = None
+        if schedule.pending is not None:
+            ref, bullmq_id = schedule.pending
+            pending = await ledger.engine_id(ref.prefix, ref.name, bullmq_id)
+        await jobs.upsert_schedule(**schedule.arguments, pending_job_id=pending)
+    for hold in plan.holds:
+        job_id = None if hold.job is None else await ledger.engine_id(*hold.job)
+        await jobs.hold_dedup_key(hold.queue, hold.key, hold.until, job_id=job_id)
     for setting in plan.settings:
         if setting.paused:
             await jobs.pause(setting.queue)
@@ -362,8 +423,7 @@ async def _verify(
         ):
             for job in await queue.getJobs([state], 0, -1, asc=True):
                 seen[str(job.id)] = (state, checksum(job.data))
-        async with jobs.pool.acquire() as conn:
-            entries = await ledger.entries(conn, ref.prefix, ref.name)
+        entries = await ledger.entries(ref.prefix, ref.name)
         expected = [
             e for u in plan.units for e in u.ledger if (e.prefix, e.queue) == (ref.prefix, ref.name)
         ]

@@ -29,7 +29,16 @@ from migration_tools.layout import (
     state_of,
 )
 from migration_tools.snapshot import QueueRef, QueueSnapshot
-from pgjobs import EdgePolicy, EdgeState, ImportedEdge, ImportedJob, JobSpec, jsonvalue
+from pgjobs import (
+    EdgePolicy,
+    EdgeState,
+    ImportedEdge,
+    ImportedJob,
+    JobSpec,
+    jsonb_problem,
+    jsonb_safe,
+    text_safe,
+)
 
 # Options that describe how a job was added, not how it runs: kept in metadata only.
 _ADD_TIME_OPTS = {
@@ -141,28 +150,27 @@ def _ms(value: str | None) -> datetime | None:
     return datetime.fromtimestamp(int(float(value)) / 1000, UTC)
 
 
-def _safe(value: Any) -> Any:
-    """``value`` with what jsonb cannot hold (NUL, lone surrogates) replaced, recursively."""
-    if isinstance(value, str):
-        return jsonvalue.strip_nul(value)
-    if isinstance(value, list):
-        return [_safe(v) for v in value]
-    if isinstance(value, dict):
-        return {_safe(k): _safe(v) for k, v in value.items()}
-    return value
-
-
 class Transformer:
     """Builds the plan from the snapshots of every queue taking part."""
 
-    def __init__(self, snapshots: dict[QueueRef, QueueSnapshot], include_history: bool) -> None:
+    def __init__(
+        self,
+        snapshots: dict[QueueRef, QueueSnapshot],
+        include_history: bool,
+        *,
+        locks_may_be_held: bool = False,
+    ) -> None:
+        """``locks_may_be_held``: a BullMQ client is connected, so an active job's unexpired
+        lock may belong to a worker that will still finish it (the job is skipped). Without
+        one, such a lock has no owner: the job comes across runnable."""
         self.snapshots = snapshots
         self.include_history = include_history
+        self.locks_may_be_held = locks_may_be_held
         self.bases = [(r.prefix, r.name) for r in snapshots]
         self.plan = Plan()
         self.state: dict[tuple[QueueRef, str], str] = {}
         self.run_at: dict[tuple[QueueRef, str], int] = {}
-        self._decoded: dict[str, tuple[Any, str | None]] = {}
+        self._decoded: dict[str, tuple[Any, str | None, Any]] = {}
         for ref, snap in snapshots.items():
             where: dict[str, dict[str, str]] = {}
             for container, rows in snap.containers.items():
@@ -285,7 +293,7 @@ class Transformer:
                 continue
             unit.jobs.append(imported)
             handles.add(job.key)
-            data = self._data(job)[0]
+            data = self._data(job)[2]
             unit.ledger.append(
                 LedgerEntry(
                     job.prefix,
@@ -303,29 +311,30 @@ class Transformer:
             self._edges(unit, job, handles)
         return unit
 
-    def _data(self, job: RawJob) -> tuple[Any, str | None]:
-        """The parsed data, made jsonb-safe when needed; with the raw bytes (base64) then."""
+    def _data(self, job: RawJob) -> tuple[Any, str | None, Any]:
+        """The parsed data as stored (made jsonb-safe when needed), the raw bytes (base64) in
+        that case, and the data exactly as BullMQ returns it (what the facade returns)."""
         cached = self._decoded.get(job.key)
         if cached is None:
             cached = self._decoded[job.key] = self._decode(job)
         return cached
 
-    def _decode(self, job: RawJob) -> tuple[Any, str | None]:
+    def _decode(self, job: RawJob) -> tuple[Any, str | None, Any]:
         raw = job.data_bytes if job.data_bytes is not None else b"{}"
         try:
             data = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError):
             self.plan.warnings.append(f"{job.key}: data is not UTF-8 JSON; kept as raw bytes")
-            return {"__bullmq_raw__": True}, base64.b64encode(raw).decode()
-        try:
-            jsonvalue.dumps(data)
-        except jsonvalue.NotJson as exc:
+            stand_in = {"__bullmq_raw__": True}
+            return stand_in, base64.b64encode(raw).decode(), stand_in
+        problem = jsonb_problem(data)
+        if problem is not None:
             self.plan.warnings.append(
-                f"{job.key}: data holds what PostgreSQL jsonb cannot ({exc}); stored made safe, "
-                "the exact bytes kept in metadata.bullmq.raw_data"
+                f"{job.key}: data holds what PostgreSQL jsonb cannot ({problem}); the exact "
+                "bytes are kept beside it (metadata.bullmq.raw_data), and the facade returns them"
             )
-            return _safe(data), base64.b64encode(raw).decode()
-        return data, None
+            return jsonb_safe(data), base64.b64encode(raw).decode(), data
+        return data, None, data
 
     def _imported(self, key: tuple[QueueRef, str], job: RawJob, state: str) -> ImportedJob | None:
         ref, job_id = key
@@ -334,11 +343,17 @@ class Transformer:
         possibly_ran = False
         if state == "active":
             ttl = snap.lock_ttls.get(job_id, -2)
-            if ttl != -2:
+            if ttl != -2 and self.locks_may_be_held:
                 self.plan.skipped.append(
                     Skip(queue, job_id, "active with a live lock: its worker may still finish it")
                 )
                 return None
+            if ttl != -2:
+                self.plan.warnings.append(
+                    f"{queue} {job_id}: active, its lock unexpired but no BullMQ client "
+                    "connected to own it: comes across waiting, its attempt not counted (as "
+                    "BullMQ's stalled-job check would move it)"
+                )
             possibly_ran = True
         if state in ("completed", "failed") and not self.include_history:
             # history is only needed when a flow parent still reads it
@@ -346,7 +361,7 @@ class Transformer:
                 self.plan.skipped.append(Skip(queue, job_id, f"{state} (history not included)"))
                 return None
         opts = decode_opts(job.fields.get("opts"))
-        data, raw = self._data(job)
+        data, raw, _ = self._data(job)
         run_opts = {k: v for k, v in opts.items() if k not in _ADD_TIME_OPTS}
         run_opts["priority"] = job.int_field("priority")
         options = enqueue_options(job.fields.get("name", ""), run_opts, ref.prefix, ref.name)
@@ -366,21 +381,24 @@ class Transformer:
         if raw is not None:
             bullmq_meta["raw_data"] = raw
         if job.fields.get("stacktrace"):
-            bullmq_meta["stacktrace"] = _safe(decode_json(job.fields["stacktrace"]))
-        options["metadata"] = {"opts": _safe(opts), "bullmq": bullmq_meta}
+            bullmq_meta["stacktrace"] = jsonb_safe(decode_json(job.fields["stacktrace"]))
+        options["metadata"] = {"opts": jsonb_safe(opts), "bullmq": bullmq_meta}
         error = None
         if job.fields.get("failedReason"):
             trace = bullmq_meta.get("stacktrace") or []
             error = {
                 "type": "Error",
-                "message": jsonvalue.strip_nul(job.fields["failedReason"]),
+                "message": text_safe(job.fields["failedReason"]),
                 "traceback": "\n".join(str(t) for t in trace[-1:]),
             }
         status = {"completed": "completed", "failed": "dead"}.get(state, "pending")
-        if state == "waiting-children" and job.fields.get("defa"):
-            status, error = "dead", {"type": "Error", "message": job.fields["defa"]}
-        elif job.fields.get("defa") and status == "pending":
-            status, error = "dead", {"type": "Error", "message": job.fields["defa"]}
+        deferred = job.fields.get("defa")  # a failParentOnFailure child failed
+        if deferred and state == "waiting-children":
+            status, error = "dead", {"type": "Error", "message": text_safe(deferred)}
+        elif deferred and status == "pending":
+            # BullMQ moved the parent to wait; its worker fails it, unrun, when it takes it
+            # (the facade's worker does the same from this field)
+            bullmq_meta["deferred_failure"] = text_safe(deferred)
         run_at_ms = self.run_at.get(key)
         self.plan.counts.setdefault(queue, {}).setdefault(state, 0)
         self.plan.counts[queue][state] += 1
@@ -394,11 +412,11 @@ class Transformer:
             created_at=_ms(job.fields.get("timestamp")),
             started_at=_ms(job.fields.get("processedOn")),
             finished_at=_ms(job.fields.get("finishedOn")) if status != "pending" else None,
-            output=_safe(decode_json(job.fields.get("returnvalue")))
+            output=jsonb_safe(decode_json(job.fields.get("returnvalue")))
             if state == "completed"
             else None,
             error=error,
-            progress=_safe(decode_json(job.fields.get("progress"))),
+            progress=jsonb_safe(decode_json(job.fields.get("progress"))),
             logs=job.logs,
             handle=job.key,
         )
@@ -413,7 +431,9 @@ class Transformer:
         return None
 
     def _edges(self, unit: Unit, parent: RawJob, handles: set[str]) -> None:
-        continued = False
+        # A deferred failure (failParentOnFailure) made BullMQ move the parent to wait, as
+        # continueParentOnFailure does: its children still open no longer hold it.
+        continued = bool(parent.fields.get("defa"))
         edges: list[ImportedEdge] = []
 
         def policy_of(child_key: str) -> EdgePolicy:
@@ -470,7 +490,7 @@ class Transformer:
         )
         unit.jobs.append(
             ImportedJob(
-                spec, status="completed", output=_safe(decode_json(value)), handle=child_key
+                spec, status="completed", output=jsonb_safe(decode_json(value)), handle=child_key
             )
         )
         handles.add(child_key)
@@ -536,7 +556,7 @@ class Transformer:
             options["job_key"] = fields.get("jid") or None
             options["metadata"] = {"opts": opts, "bullmq": {"proto_job_of": dedup_id}}
             data = decode_json(fields.get("data")) or {}
-            unit = Unit([ImportedJob(JobSpec(KIND, _safe(data), **options))])
+            unit = Unit([ImportedJob(JobSpec(KIND, jsonb_safe(data), **options))])
             unit.ledger.append(
                 LedgerEntry(
                     snap.ref.prefix,

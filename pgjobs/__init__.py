@@ -32,7 +32,9 @@ from pgjobs.errors import (
 from pgjobs.events import EventStream
 from pgjobs.executor import TRANSIENT_ERRORS, create_pool
 from pgjobs.flows import EdgePolicy, Flow, SubmittedFlow
-from pgjobs.imports import EdgeState, ImportedEdge, ImportedJob, ImportedStatus
+from pgjobs.imports import EdgeState, ImportedEdge, ImportedJob, ImportedStatus, ImportRecord
+from pgjobs.jsonvalue import NotJson, jsonb_problem, jsonb_safe
+from pgjobs.jsonvalue import strip_nul as text_safe
 from pgjobs.kinds import Kind, Registry
 from pgjobs.maintenance import schedule_maintenance
 from pgjobs.models import (
@@ -89,6 +91,7 @@ __all__ = [
     "FlowSummary",
     "FlowView",
     "Granularity",
+    "ImportRecord",
     "ImportedEdge",
     "ImportedJob",
     "ImportedStatus",
@@ -109,6 +112,7 @@ __all__ = [
     "LogLine",
     "LogPage",
     "MetricsBucket",
+    "NotJson",
     "PgJobsError",
     "PurgeResult",
     "QueueSettings",
@@ -129,8 +133,11 @@ __all__ = [
     "WorkerStats",
     "create_pool",
     "dsn_from_env",
+    "jsonb_problem",
+    "jsonb_safe",
     "retry_delay",
     "schedule_maintenance",
+    "text_safe",
     "validate_schema",
     "validate_text",
 ]

@@ -9,7 +9,7 @@ from typing import Any
 
 import asyncpg
 
-from pgjobs import events, migrate, validation
+from pgjobs import events, imports, migrate, validation
 from pgjobs.config import DEFAULT_SCHEMA, dsn_from_env, notify_channel
 from pgjobs.context import JobContext, read_prerequisites
 from pgjobs.enqueue import JobSpec, insert_many, insert_one, prepare
@@ -17,7 +17,7 @@ from pgjobs.errors import InvalidOption
 from pgjobs.events import EventStream
 from pgjobs.executor import Connection, Database
 from pgjobs.flows import EdgePolicy, Flow, Flows, SubmittedFlow
-from pgjobs.imports import ImportedEdge, ImportedJob, import_jobs
+from pgjobs.imports import ImportedEdge, ImportedJob, ImportRecord, import_jobs
 from pgjobs.kinds import Kind, Registry
 from pgjobs.maintenance import register_maintenance
 from pgjobs.models import (
@@ -560,6 +560,23 @@ class JobQueue:
         return await import_jobs(
             self.db, self.registry, jobs, edges, flow_id=flow_id, conn=connection
         )
+
+    async def imported(
+        self, keys: Sequence[tuple[str, str]], *, connection: Connection | None = None
+    ) -> dict[tuple[str, str], ImportRecord]:
+        """The import ledger's records of those (source, source_id) pairs already imported."""
+        return await imports.imported(self.db, keys, connection)
+
+    async def record_imports(
+        self, records: Sequence[ImportRecord], *, connection: Connection | None = None
+    ) -> None:
+        """Record imported jobs in the ledger; in the transaction that wrote them (pass its
+        ``connection``), so that the ledger never names a job that was rolled back."""
+        await imports.record_imports(self.db, records, connection)
+
+    async def imports_of(self, source: str) -> list[ImportRecord]:
+        """Every ledger record of ``source`` (what an import from there wrote)."""
+        return await imports.imports_of(self.db, source)
 
     async def reserve_ids(self, above: int) -> None:
         """Every job id handed out from now on is greater than ``above`` (so imported numeric

@@ -4,7 +4,9 @@ A batch is validated whole before anything is written, then written in the calle
 (or one of its own): jobs in any resting state (pending, completed, dead) with their attempts,
 timestamps, output, last error, progress and logs, and the prerequisite edges between them with
 their recorded state. A job key already present keeps its job and is reported as a duplicate,
-so importing the same batch twice writes nothing the second time.
+so importing the same batch twice writes nothing the second time. The import ledger (table
+imports) records which job of the source became which job here, written by the importer in the
+same transaction as the jobs: a resumed import skips exactly what is done.
 """
 
 from __future__ import annotations
@@ -57,6 +59,51 @@ class ImportedEdge:
     policy: EdgePolicy = EdgePolicy.BLOCK
     state: EdgeState = "open"
     failure: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ImportRecord:
+    """The ledger's record of one imported job: ``source`` (the system and place it came from,
+    e.g. ``bullmq:<prefix>:<queue>``) and ``source_id`` (its id there) became ``job_id``, in
+    ``state`` (the source's word) with data whose digest was ``checksum``."""
+
+    source: str
+    source_id: str
+    job_id: int
+    state: str
+    checksum: str
+
+
+async def imported(
+    db: Database, keys: Sequence[tuple[str, str]], conn: Connection | None = None
+) -> dict[tuple[str, str], ImportRecord]:
+    """The records of those (source, source_id) pairs that were imported."""
+    if not keys:
+        return {}
+    rows = await db.fetch("imported", [k[0] for k in keys], [str(k[1]) for k in keys], conn=conn)
+    return {(r["source"], r["source_id"]): ImportRecord(**dict(r)) for r in rows}
+
+
+async def record_imports(
+    db: Database, records: Sequence[ImportRecord], conn: Connection | None = None
+) -> None:
+    """Add ``records`` to the ledger (a pair already recorded keeps its first record)."""
+    if records:
+        await db.execute(
+            "record_imports",
+            [r.source for r in records],
+            [r.source_id for r in records],
+            [r.job_id for r in records],
+            [r.state for r in records],
+            [r.checksum for r in records],
+            conn=conn,
+        )
+
+
+async def imports_of(db: Database, source: str) -> list[ImportRecord]:
+    """Every record of ``source``, by source id."""
+    rows = await db.fetch("imports_of", source)
+    return [ImportRecord(**dict(r)) for r in rows]
 
 
 def _json(option: str, value: Any) -> str | None:

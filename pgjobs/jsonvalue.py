@@ -95,3 +95,24 @@ def strip_nul(text: str) -> str:
     """Free text (log lines, error messages) as PostgreSQL text can hold it: NUL shown as
     ``\\0``, unpaired surrogates replaced."""
     return text.replace("\x00", "\\0").encode("utf-8", "replace").decode("utf-8")
+
+
+def jsonb_problem(value: Any) -> NotJson | None:
+    """Why jsonb cannot hold ``value`` unchanged (a NUL, a lone surrogate, NaN, a value that is
+    not JSON), naming where; None when it can."""
+    try:
+        dumps(value)
+    except NotJson as exc:
+        return exc
+    return None
+
+
+def jsonb_safe(value: Any) -> Any:
+    """``value`` with every string and key made storable (``strip_nul``), recursively."""
+    if isinstance(value, str):
+        return strip_nul(value)
+    if isinstance(value, list | tuple):
+        return [jsonb_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {jsonb_safe(k): jsonb_safe(v) for k, v in value.items()}
+    return value

@@ -73,3 +73,18 @@ WHERE h.expires_at < excluded.expires_at;
 
 -- name: wake_queues
 SELECT pg_notify($2, q) FROM unnest($1::text[]) AS q;
+
+-- name: imported
+-- The ledger records of the (source, source_id) pairs $1, $2 that exist.
+SELECT i.source, i.source_id, i.job_id, i.state, i.checksum
+FROM {schema}.imports i
+JOIN unnest($1::text[], $2::text[]) AS k(source, source_id) USING (source, source_id);
+
+-- name: record_imports
+INSERT INTO {schema}.imports (source, source_id, job_id, state, checksum)
+SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[])
+ON CONFLICT DO NOTHING;
+
+-- name: imports_of
+SELECT source, source_id, job_id, state, checksum FROM {schema}.imports
+WHERE source = $1 ORDER BY source_id;

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import decimal
 import json
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bullmq_compat import Queue
+from bullmq_compat import Queue, Worker
 from pgjobs import InvalidOption
 
 
@@ -67,3 +68,36 @@ async def test_data_is_stored_as_json_gives_it_back(opts: dict[str, Any]) -> Non
         "true": "bool key",
         "nested": [None, 1.5, "é"],
     }
+
+
+@pytest.mark.parametrize(
+    "data",
+    [{"s": "a\x00b"}, {"s": "\ud800"}, ["\x00", {"k\x00": 1}]],
+    ids=["nul", "lone-surrogate", "nul-in-a-key"],
+)
+async def test_data_jsonb_cannot_hold_comes_back_exactly(opts: dict[str, Any], data: Any) -> None:
+    """BullMQ stores any JSON text, so a NUL or a lone surrogate in the data is accepted and
+    comes back unchanged: from add, from getJob and in the processor's job."""
+    queue = Queue("exact", opts)
+    added = await queue.add("x", data)
+    assert added.data == data
+    found = await queue.getJob(added.id)
+    assert found is not None and found.data == data
+    seen: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+    async def process(job: Any, token: Any) -> None:
+        seen.set_result(job.data)
+
+    worker = Worker("exact", process, opts)
+    assert await asyncio.wait_for(seen, 30) == data
+    await worker.close()
+    await queue.close()
+
+
+async def test_replaced_data_wins_over_the_exact_copy_of_the_old(opts: dict[str, Any]) -> None:
+    queue = Queue("exact-update", opts)
+    added = await queue.add("x", {"s": "a\x00b"})
+    await added.updateData({"s": "plain"})
+    found = await queue.getJob(added.id)
+    assert found is not None and found.data == {"s": "plain"}
+    await queue.close()

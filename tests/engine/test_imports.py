@@ -11,6 +11,7 @@ from pgjobs import (
     EdgePolicy,
     ImportedEdge,
     ImportedJob,
+    ImportRecord,
     InvalidFlow,
     InvalidOption,
     JobContext,
@@ -110,3 +111,30 @@ async def test_reserve_ids_moves_new_ids_past_imported_numbers(
     assert (await jobs.enqueue("any", {})).id > 5000
     await jobs.reserve_ids(10)  # never goes back
     assert (await jobs.enqueue("any", {})).id > 5000
+
+
+async def test_the_import_ledger_records_only_what_its_transaction_committed(
+    jobs: JobQueue, ran: list[Any]
+) -> None:
+    [written] = await jobs.import_jobs([ImportedJob(JobSpec("any", {"n": 1}, job_key="a"))])
+    record = ImportRecord("other:q", "a", written.id, "waiting", "sum-a")
+    async with jobs.transaction() as conn:
+        await jobs.record_imports([record], connection=conn)
+        # inside the writing transaction the record is visible to it, and only to it
+        assert await jobs.imported([("other:q", "a")], connection=conn) == {
+            ("other:q", "a"): record
+        }
+        assert await jobs.imported([("other:q", "a")]) == {}
+    with pytest.raises(RuntimeError, match="rolled back"):
+        async with jobs.transaction() as conn:
+            await jobs.record_imports(
+                [ImportRecord("other:q", "b", written.id, "waiting", "sum-b")], connection=conn
+            )
+            raise RuntimeError("rolled back")
+    # a second record of the same pair keeps the first
+    await jobs.record_imports([ImportRecord("other:q", "a", 999, "failed", "changed")])
+    assert await jobs.imported([("other:q", "a"), ("other:q", "b"), ("else", "a")]) == {
+        ("other:q", "a"): record
+    }
+    assert await jobs.imports_of("other:q") == [record]
+    assert await jobs.imports_of("else") == []

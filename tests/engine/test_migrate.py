@@ -26,6 +26,11 @@ RELEASED = {
     7: "c13948c0c8baaf31",  # claim_and_finish
     8: "d37c1df6202541fc",  # claim_ahead_and_exact_trim
     9: "c1fc9b55e3e64ee2",  # events_per_statement
+    10: "ab739d34514e8c98",  # schema_definitions
+    11: "0496c32742818569",  # repair_pending_deps
+    12: "c23b245f0ff8e275",  # stall_budget
+    13: "72d5008a14f04f82",  # materialized_schedules
+    14: "654684e70d352274",  # workers
 }
 """sha256 prefix of each migration that has reached main. A database migrated by an earlier
 release has recorded these versions and never runs them again, so an edit to one would never

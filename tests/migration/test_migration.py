@@ -24,7 +24,6 @@ HOUR_MS = 3_600_000
 @pytest.fixture
 async def target(jobs: JobQueue, pg_dsn: str, schema_name: str) -> AsyncIterator[JobQueue]:
     yield jobs
-    await jobs.pool.execute(f"DROP SCHEMA IF EXISTS {schema_name}_migration CASCADE")
 
 
 def options(redis_url: str, pg_dsn: str, jobs: JobQueue, prefix: str, **extra: Any) -> Any:
@@ -160,12 +159,13 @@ async def test_every_state_migrates_and_reads_back_through_the_facade(
     assert await parent_done.getChildrenValues() == {
         f"{prefix}:kids2:{ids['kid-done']}": {"kid": 9}
     }
-    # data PostgreSQL cannot hold: made safe, the exact bytes kept, and reported
+    # data PostgreSQL's jsonb cannot hold: stored made safe with the exact bytes beside it,
+    # reported, and returned by the facade exactly as BullMQ returns it
     nul = await job("nul")
-    assert nul.data == {"s": "a\\0b"}
+    assert nul.data == {"s": "a\x00b"}
+    assert (await job("surrogate")).data == {"s": "\ud800"}
     row = await target.get(nul.engine_id)
-    raw = json.loads(__import__("base64").b64decode(row.metadata["bullmq"]["raw_data"]))  # type: ignore[union-attr]
-    assert raw == {"s": "a\x00b"}
+    assert row is not None and row.payload == {"s": "a\\0b"}
     assert any(ids["nul"] in w and "jsonb" in w for w in report.plan.warnings)  # type: ignore[union-attr]
     assert any(ids["surrogate"] in w for w in report.plan.warnings)  # type: ignore[union-attr]
     # the scheduler is a schedule whose pending iteration came across as that job: same id,
@@ -245,7 +245,6 @@ async def test_a_run_killed_between_batches_resumes_to_the_same_end_state(
         assert await final_state(other) == await final_state(target)
     finally:
         await pool.execute(f"DROP SCHEMA IF EXISTS {other.schema} CASCADE")
-        await pool.execute(f"DROP SCHEMA IF EXISTS {other.schema}_migration CASCADE")
 
 
 async def test_a_job_added_during_the_run_is_detected(
@@ -407,14 +406,85 @@ async def test_flow_failure_records_verify_only_and_delete_after_verification(
     await main.close()
 
 
-def test_the_cli_names_an_unreachable_server(pg_dsn: str, jobs: JobQueue) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "migration_tools", "--redis", "redis://127.0.0.1:1/0",
-         "--postgres", pg_dsn, "--schema", jobs.schema, "--dry-run"],
-        capture_output=True, text=True, timeout=60,
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "migration_tools", *args], capture_output=True, text=True,
+        timeout=60,
     )  # fmt: skip
-    assert result.returncode == 1
-    assert "connection failed" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("redis", "database", "named"),
+    [
+        ("redis://127.0.0.1:1/0", None, "cannot reach Redis"),
+        (None, "no_such_database_here", "cannot use PostgreSQL (InvalidCatalogNameError"),
+    ],
+    ids=["redis-refuses", "unknown-database"],
+)
+def test_the_cli_names_what_it_cannot_reach_in_one_line_and_exits_2(
+    pg_dsn: str, redis_url: str, jobs: JobQueue, redis: str | None, database: str | None,
+    named: str,
+) -> None:  # fmt: skip
+    dsn = pg_dsn if database is None else pg_dsn.rsplit("/", 1)[0] + "/" + database
+    result = run_cli("--redis", redis or redis_url, "--postgres", dsn, "--schema", jobs.schema)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0] and "nothing was" in lines[0], lines
+    assert "rerun" not in lines[0] and "Traceback" not in result.stderr
+
+
+async def test_the_cli_reports_as_json_and_summarises_skipped_jobs(
+    redis_url: str, pg_dsn: str, target: JobQueue, prefix: str
+) -> None:
+    queue = bullmq.Queue("main", {"connection": redis_url, "prefix": prefix})
+    for n in range(7):
+        job = await queue.add("done", {"n": n})
+        client = aioredis.from_url(redis_url)
+        # a finished job (history is left out unless asked for)
+        await client.lrem(f"{prefix}:main:wait", 0, job.id)
+        await client.zadd(f"{prefix}:main:completed", {job.id: n})
+        await client.aclose()
+    await queue.add("todo", {})
+    await queue.close()
+    base = ["--redis", redis_url, "--postgres", pg_dsn, "--schema", target.schema,
+            "--prefix", prefix, "--dry-run"]  # fmt: skip
+    text = run_cli(*base)
+    assert text.returncode == 0, text.stderr
+    skipped = [line for line in text.stdout.splitlines() if "skipped" in line]
+    assert len(skipped) == 1 and "7 completed (history not included)" in skipped[0], skipped
+    report = json.loads(run_cli(*base, "--json").stdout)
+    assert report["exit"] == "OK" and report["jobs"] == 1 and report["written"] == 0
+    assert report["counts"] == {f"{prefix}:main": {"waiting": 1}}  # what comes across
+    [group] = report["skipped"]
+    assert group["count"] == 7 and group["reason"] == "completed (history not included)"
+
+
+async def test_an_active_job_whose_lock_outlives_its_stopped_worker_comes_across_runnable(
+    redis_url: str, pg_dsn: str, target: JobQueue, prefix: str
+) -> None:
+    # The worker took the job and stopped without finishing it; its lock has a minute left.
+    # With no BullMQ client connected, nothing owns that lock: the job comes across waiting,
+    # its attempt not counted, and the run says so and exits 0.
+    conn = {"connection": redis_url, "prefix": prefix}
+    queue = bullmq.Queue("main", conn)
+    job = await queue.add("orphan", {"n": 1}, {"attempts": 3})
+    worker = bullmq.Worker("main", None, {**conn, "autorun": False, "lockDuration": 60_000})
+    taken = await worker.getNextJob("stopped-worker-token")
+    assert taken is not None and taken.id == job.id
+    await worker.close()
+    await queue.close()
+    client = aioredis.from_url(redis_url)
+    assert await client.pttl(f"{prefix}:main:{job.id}:lock") > 0
+    await client.aclose()
+    report = await migrate(options(redis_url, pg_dsn, target, prefix))
+    assert report.exit_code is ExitCode.OK, report.render()
+    assert report.plan is not None and not report.plan.skipped
+    assert any(job.id in w and "comes across waiting" in w for w in report.plan.warnings)
+    migrated_queue = bullmq_compat.Queue("main", {"connection": target, "prefix": prefix})
+    migrated = await migrated_queue.getJob(job.id)
+    assert migrated is not None and await migrated.getState() == "waiting"
+    assert migrated.attemptsMade == 0
+    await migrated_queue.close()
 
 
 async def test_an_active_job_whose_worker_died_comes_back_as_waiting(
