@@ -1,33 +1,174 @@
-"""The ``pgjobs`` command: parse, call one library function, print. Decides nothing itself."""
+"""The ``pgjobs`` command: parse, call one library function, print. Decides nothing itself.
+
+Every error a user can cause (a DSN that does not parse or connect, an unknown database or
+role, a missing schema, a registry that does not import) is one line on stderr and exit
+status 2; nothing is started or half-written.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import asyncpg
 
 from pgjobs.config import DEFAULT_SCHEMA, dsn_from_env
 from pgjobs.errors import PgJobsError
 from pgjobs.migrate import migrate
+from pgjobs.process import CommandError, configure_logging, health, load_registry, serve
+
+CONNECTION_ERRORS = (OSError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError)
+"""What a bad DSN, an unreachable server, an unknown database or role raise."""
+
+
+def _version() -> str:
+    try:
+        return version("pgjobs-engine")
+    except PackageNotFoundError:  # pragma: no cover - running from a bare source tree
+        return "unknown"
+
+
+def _connection_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--dsn", default=None, help="PostgreSQL DSN (default: $PGJOBS_DSN, $DATABASE_URL, local)"
+    )
+    command.add_argument(
+        "--schema", default=DEFAULT_SCHEMA, help=f"schema name (default: {DEFAULT_SCHEMA})"
+    )
+
+
+def _logging_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--log-format", choices=("text", "json"), default="text")
+    command.add_argument("--log-level", default="INFO", help="DEBUG logs every outcome")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pgjobs", description="pgjobs: a job queue in PostgreSQL")
+    parser.add_argument("--version", action="version", version=f"pgjobs {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     mig = commands.add_parser("migrate", help="create or upgrade the pgjobs schema (idempotent)")
-    mig.add_argument(
-        "--dsn", default=None, help="PostgreSQL DSN (default: $PGJOBS_DSN, $DATABASE_URL, local)"
+    _connection_arguments(mig)
+    work = commands.add_parser(
+        "worker", help="run a worker for a registry until SIGTERM/SIGINT (graceful stop)"
     )
-    mig.add_argument(
-        "--schema", default=DEFAULT_SCHEMA, help=f"schema name (default: {DEFAULT_SCHEMA})"
+    work.add_argument("registry", help="MODULE:REGISTRY, e.g. myapp.jobs:registry")
+    _connection_arguments(work)
+    work.add_argument("--queues", default=None, help="comma-separated (default: the kinds' own)")
+    work.add_argument("--concurrency", type=_positive, default=10)
+    work.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=30.0,
+        help="seconds running jobs get to finish on SIGTERM before they are given back",
     )
+    work.add_argument("--name", default=None, help="the worker's name in list_workers")
+    work.add_argument("--durability", choices=("durable", "async"), default="durable")
+    _logging_arguments(work)
+    sched = commands.add_parser("scheduler", help="emit due schedules until SIGTERM/SIGINT")
+    _connection_arguments(sched)
+    _logging_arguments(sched)
+    check = commands.add_parser(
+        "healthcheck",
+        help="exit 0 if the database answers, the schema is current and workers heartbeat",
+    )
+    _connection_arguments(check)
+    check.add_argument("--queue", default=None, help="count only workers of this queue")
+    check.add_argument(
+        "--min-workers", type=int, default=1, help="workers that must heartbeat (0: none)"
+    )
+    check.add_argument("--json", action="store_true")
     dash = commands.add_parser("dashboard", help="serve the web dashboard (dashboard extra)")
-    dash.add_argument("--dsn", default=None, help="PostgreSQL DSN (default as for migrate)")
-    dash.add_argument("--schema", default=DEFAULT_SCHEMA)
+    _connection_arguments(dash)
     dash.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
     dash.add_argument("--port", type=int, default=8765)
     dash.add_argument("--read-only", action="store_true", help="refuse every action")
     return parser
+
+
+def _fail(command: str, message: object) -> int:
+    print(f"pgjobs {command}: {' '.join(str(message).split())}", file=sys.stderr)
+    return 2
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    applied = asyncio.run(migrate(args.dsn or dsn_from_env() or "", args.schema))
+    if applied.versions:
+        print(f"applied migrations {applied.versions} to {args.schema}")
+    elif applied.definitions_applied:
+        print(f"refreshed the function and trigger definitions of {args.schema}")
+    else:
+        print(f"schema {args.schema} already up to date")
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from pgjobs.client import JobQueue
+
+    registry = load_registry(args.registry)
+    queues = [q.strip() for q in args.queues.split(",") if q.strip()] if args.queues else None
+    configure_logging(args.log_format, args.log_level)
+
+    async def main() -> int:
+        jobs = await JobQueue.connect(
+            args.dsn, schema=args.schema, registry=registry, max_size=args.concurrency + 4
+        )
+        try:
+            await jobs.check_schema()
+            worker = jobs.worker(
+                queues=queues,
+                concurrency=args.concurrency,
+                shutdown_timeout=args.shutdown_timeout,
+                name=args.name,
+                durability=args.durability,
+            )
+            return await serve(worker.run(), worker.stop, f"worker {worker.name}")
+        finally:
+            await jobs.close()
+
+    return asyncio.run(main())
+
+
+def _scheduler(args: argparse.Namespace) -> int:
+    from pgjobs.client import JobQueue
+
+    configure_logging(args.log_format, args.log_level)
+
+    async def main() -> int:
+        jobs = await JobQueue.connect(args.dsn, schema=args.schema)
+        try:
+            await jobs.check_schema()
+            scheduler = jobs.scheduler()
+            return await serve(scheduler.run(), scheduler.stop, "scheduler")
+        finally:
+            await jobs.close()
+
+    return asyncio.run(main())
+
+
+def _healthcheck(args: argparse.Namespace) -> int:
+    found = asyncio.run(
+        health(args.dsn, args.schema, queue=args.queue, min_workers=args.min_workers)
+    )
+    if args.json:
+        print(
+            json.dumps({"healthy": found.healthy, "checks": found.checks, "failed": found.failed})
+        )
+    else:
+        for name, detail in found.checks.items():
+            mark = "FAIL" if name in found.failed else "ok"
+            print(f"{mark:4} {name}: {detail}")
+    return 0 if found.healthy else 1
 
 
 def _dashboard(args: argparse.Namespace) -> int:
@@ -36,52 +177,40 @@ def _dashboard(args: argparse.Namespace) -> int:
 
         from pgjobs.dashboard import create_app
     except ImportError:
-        print("pgjobs dashboard: install the extra: pip install 'pgjobs-engine[dashboard]'",
-              file=sys.stderr)  # fmt: skip
-        return 2
+        raise CommandError("install the extra: pip install 'pgjobs-engine[dashboard]'") from None
     from pgjobs.client import JobQueue
 
-    async def serve() -> None:
-        jobs = await JobQueue.connect(args.dsn or dsn_from_env(), schema=args.schema)
-        await jobs.check_schema()
-        app = create_app(jobs, read_only=args.read_only)
-        config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
+    async def serve_dashboard() -> None:
+        jobs = await JobQueue.connect(args.dsn, schema=args.schema)
         try:
+            await jobs.check_schema()
+            app = create_app(jobs, read_only=args.read_only)
+            config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
             await uvicorn.Server(config).serve()
         finally:
             await jobs.close()
 
-    try:
-        asyncio.run(serve())
-    except PgJobsError as exc:
-        print(f"pgjobs dashboard: {exc}", file=sys.stderr)
-        return 2
+    asyncio.run(serve_dashboard())
     return 0
+
+
+COMMANDS: dict[str, Any] = {
+    "migrate": _migrate,
+    "worker": _worker,
+    "scheduler": _scheduler,
+    "healthcheck": _healthcheck,
+    "dashboard": _dashboard,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "migrate":
-        dsn = args.dsn or dsn_from_env()
-        assert dsn is not None  # dsn_from_env falls back to the local default
-        try:
-            applied = asyncio.run(migrate(dsn, args.schema))
-        except PgJobsError as exc:
-            print(f"pgjobs migrate: {exc}", file=sys.stderr)
-            return 2
-        except OSError as exc:
-            print(f"pgjobs migrate: cannot connect to PostgreSQL: {exc}", file=sys.stderr)
-            return 1
-        if applied.versions:
-            print(f"applied migrations {applied.versions} to {args.schema}")
-        elif applied.definitions_applied:
-            print(f"refreshed the function and trigger definitions of {args.schema}")
-        else:
-            print(f"schema {args.schema} already up to date")
-        return 0
-    if args.command == "dashboard":
-        return _dashboard(args)
-    return 2  # pragma: no cover - argparse rejects unknown commands
+    try:
+        return int(COMMANDS[args.command](args))
+    except (CommandError, PgJobsError) as exc:
+        return _fail(args.command, exc)
+    except CONNECTION_ERRORS as exc:
+        return _fail(args.command, f"cannot use PostgreSQL ({type(exc).__name__}: {exc})")
 
 
 if __name__ == "__main__":

@@ -81,15 +81,20 @@ class JobQueue:
         min_size: int = 1,
         max_size: int = 10,
         durability: Durability | str = Durability.DURABLE,
+        **connect_options: Any,
     ) -> JobQueue:
         """Open a pool on ``dsn`` (default: ``PGJOBS_DSN``, then ``DATABASE_URL``, then local),
-        or use ``pool``, which is then left open by ``close()``."""
+        or use ``pool``, which is then left open by ``close()``. ``connect_options`` go to
+        ``asyncpg.create_pool`` (e.g. ``statement_cache_size=0`` behind pgbouncer in
+        transaction mode)."""
         level = validation.durability(durability)
         if pool is not None:
             return cls(Database(pool, schema, owns_pool=False), registry, durability=level)
         resolved = dsn or dsn_from_env()
         assert resolved is not None
-        db = await Database.connect(resolved, schema, min_size=min_size, max_size=max_size)
+        db = await Database.connect(
+            resolved, schema, min_size=min_size, max_size=max_size, **connect_options
+        )
         return cls(db, registry, durability=level)
 
     def _commit(self, durability: Durability | str | None) -> str | None:

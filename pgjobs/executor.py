@@ -71,10 +71,10 @@ class Database:
 
     @classmethod
     async def connect(
-        cls, dsn: str, schema: str, *, min_size: int = 1, max_size: int = 10
+        cls, dsn: str, schema: str, *, min_size: int = 1, max_size: int = 10, **options: Any
     ) -> Database:
         validate_schema(schema)
-        pool = await create_pool(dsn, min_size=min_size, max_size=max_size)
+        pool = await create_pool(dsn, min_size=min_size, max_size=max_size, **options)
         return cls(pool, schema, owns_pool=True)
 
     async def close(self) -> None:

@@ -104,9 +104,19 @@ class LeaseKeeper:
                 rescued = await self.rescue()
                 if rescued:
                     self._on_rescued(rescued)
-                    logger.warning(
-                        "rescued %d stalled job(s) whose lease had expired", len(rescued)
-                    )
+                    for row in rescued:
+                        logger.warning(
+                            "job %s (queue %s) stalled: its lease expired; now %s",
+                            row["id"],
+                            row["queue"],
+                            row["status"],
+                            extra={
+                                "job_id": row["id"],
+                                "queue": row["queue"],
+                                "outcome": "stalled",
+                                "status": row["status"],
+                            },
+                        )
             except TRANSIENT_ERRORS as exc:
                 logger.warning("stalled-job rescue failed (%s); will retry", exc)
             except Exception:

@@ -162,6 +162,7 @@ class Worker:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self._advancing: dict[int, asyncio.Task[None]] = {}
         self._stopping = asyncio.Event()
+        self._hurry = asyncio.Event()  # a second stop(): release running handlers now
         self._finished = asyncio.Event()
         self._finished.set()  # not running
         self._paused = False
@@ -272,8 +273,11 @@ class Worker:
         ``shutdown_timeout``), then put the rest back to pending without using an attempt
         (keeping their place in the queue). With ``release=False`` the rest are abandoned as a
         killed worker would leave them: running until their lease ends, then rescued as
-        stalled (BullMQ's ``close(force)``). Returns once ``run()`` has returned, however it
-        was started: every outcome is written by then."""
+        stalled (BullMQ's ``close(force)``). A second call while stopping releases the running
+        handlers at once (what a second SIGTERM does to ``pgjobs worker``). Returns once
+        ``run()`` has returned, however it was started: every outcome is written by then."""
+        if self._stopping.is_set():
+            self._hurry.set()  # a second stop: running handlers are released now
         if timeout is not None:
             self.shutdown_timeout = timeout
         self._abandoning = not release
@@ -443,6 +447,7 @@ class Worker:
             return
         if written:
             self._count(outcome)
+            _log_outcome(ctx, outcome)
             if self._on_event is not None:
                 self._emit(_event_of(outcome), ctx, _detail_of(outcome))
         else:
@@ -469,7 +474,8 @@ class Worker:
     async def _drain_running(self) -> None:
         tasks = [task for _, task in self._running.values()]
         if tasks:
-            _, late = await asyncio.wait(tasks, timeout=self.shutdown_timeout)
+            await self._wait_unless_hurried(tasks)
+            late = [task for task in tasks if not task.done()]
             if late:
                 logger.warning(
                     "releasing %d job(s) still running after %.1fs",
@@ -482,6 +488,24 @@ class Worker:
         # Wait for every task, including those only waiting on the completer.
         if self._tasks:
             await asyncio.wait(list(self._tasks))
+
+    async def _wait_unless_hurried(self, tasks: list[asyncio.Task[None]]) -> None:
+        """Until ``tasks`` are done, ``shutdown_timeout`` has passed, or a second ``stop()``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.shutdown_timeout
+        hurry = asyncio.ensure_future(self._hurry.wait())
+        pending: set[asyncio.Future[Any]] = set(tasks)
+        try:
+            while pending and not self._hurry.is_set():
+                left = deadline - loop.time()
+                if left <= 0:
+                    break
+                _, pending = await asyncio.wait(
+                    pending | {hurry}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
+                pending.discard(hurry)
+        finally:
+            hurry.cancel()
 
     # -- leases (the lease keeper's side) ---------------------------------------------------
 
@@ -536,3 +560,31 @@ def _detail_of(outcome: Outcome) -> dict[str, Any]:
         "error": jsonvalue.loads(outcome.error_json),
         "delay": outcome.delay,
     }
+
+
+def _log_outcome(ctx: JobContext, outcome: Outcome) -> None:
+    """One log line per written outcome: a dead job at ERROR, a failed attempt that will be
+    retried at WARNING, a completion or a deferral at DEBUG. The fields are also given as
+    ``extra`` (job_id, kind, queue, attempt, max_attempts, outcome, error) for structured
+    formatters (``pgjobs worker --log-format json``)."""
+    error = jsonvalue.loads(outcome.error_json) if outcome.error_json else None
+    described = f"{error.get('type')}: {error.get('message')}" if isinstance(error, dict) else ""
+    fields = {
+        "job_id": ctx.id,
+        "kind": ctx.kind,
+        "queue": ctx.queue,
+        "attempt": ctx.attempts,
+        "max_attempts": ctx.max_attempts,
+        "outcome": outcome.status if not outcome.deferred else "deferred",
+        "error": described or None,
+    }
+    where = (
+        f"job {ctx.id} ({ctx.kind}, queue {ctx.queue}) attempt {ctx.attempts}/{ctx.max_attempts}"
+    )
+    if outcome.status == "dead":
+        logger.error("%s failed for good: %s", where, described, extra=fields)
+    elif outcome.status == "pending" and error is not None and not outcome.refund_attempt:
+        delay = f"{outcome.delay:.1f}s" if outcome.delay is not None else "its due time"
+        logger.warning("%s failed, retrying in %s: %s", where, delay, described, extra=fields)
+    else:
+        logger.debug("%s %s", where, fields["outcome"], extra=fields)

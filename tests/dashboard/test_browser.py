@@ -25,8 +25,12 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 @pytest.fixture
 async def browser() -> AsyncIterator[Browser]:
-    if not Path(CHROMIUM).exists():
-        raise RuntimeError("the browser tests need Debian's chromium: apt-get install chromium")
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(
+            "the browser tests need Debian's Chromium at /usr/bin/chromium: apt-get install "
+            "chromium (./run test installs it when run as root)",
+            pytrace=False,
+        )
     async with async_playwright() as p:
         instance = await p.chromium.launch(executable_path=CHROMIUM, headless=True,
                                            args=["--no-sandbox"])  # fmt: skip

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pydantic
+import pytest
 
 from pgjobs import (
     Backoff,
@@ -26,8 +28,9 @@ class Task(pydantic.BaseModel):
 
 
 async def test_stalled_job_is_reclaimed_and_the_first_workers_completion_is_a_no_op(
-    jobs: JobQueue, registry: Registry
+    jobs: JobQueue, registry: Registry, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="pgjobs.worker")
     first_started = asyncio.Event()
     release_first = asyncio.Event()
     second_done = asyncio.Event()
@@ -65,6 +68,10 @@ async def test_stalled_job_is_reclaimed_and_the_first_workers_completion_is_a_no
     # Either worker's rescue loop may be the one that frees it (both run it); exactly once.
     assert first.stats.rescued + second.stats.rescued == 1
     assert second.stats.completed == 1
+    # the rescue is logged, one line naming the job, with the fields for structured logs
+    [rescue] = [r for r in caplog.records if getattr(r, "outcome", None) == "stalled"]
+    assert rescue.job_id == result.id and rescue.queue == "default"  # type: ignore[attr-defined]
+    assert f"job {result.id} (queue default) stalled" in rescue.getMessage()
 
 
 async def test_heartbeat_keeps_a_long_job_and_notices_loss(
