@@ -31,3 +31,28 @@ async def expire_lease(jobs: Any, job_id: int) -> None:
         f"UPDATE {jobs.schema}.jobs SET locked_until = now() - interval '1 second' WHERE id = $1",
         job_id,
     )
+
+
+def dsn_with(dsn: str, *, database: str | None = None, user: str | None = None) -> str:
+    """``dsn`` (a postgresql:// URL) with another database or user: for tests of what a
+    wrong one does, on whichever server the suite found or started."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(dsn)
+    netloc = parts.netloc
+    if user is not None:
+        host = netloc.rsplit("@", 1)[-1]
+        netloc = f"{user}@{host}"
+    path = f"/{database}" if database is not None else parts.path
+    return urlunsplit((parts.scheme, netloc, path, parts.query, parts.fragment))
+
+
+def with_dsns(args: list[str], dsn: str) -> list[str]:
+    """Command arguments with ``{database:NAME}`` / ``{user:NAME}`` replaced by ``dsn`` naming
+    that database or user (parametrized CLI tests are written before the server is known)."""
+    return [
+        dsn_with(dsn, database=a[10:-1]) if a.startswith("{database:")
+        else dsn_with(dsn, user=a[6:-1]) if a.startswith("{user:")
+        else a
+        for a in args
+    ]  # fmt: skip

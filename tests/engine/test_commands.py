@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pgjobs import JobQueue, Registry, Status
-from tests.helpers import eventually
+from tests.helpers import eventually, with_dsns
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -195,10 +195,8 @@ async def test_healthcheck_reports_database_schema_and_workers(
 @pytest.mark.parametrize(
     ("args", "named"),
     [
-        (["migrate", "--dsn", "postgresql://postgres@127.0.0.1:5432/no_such_database"],
-         "InvalidCatalogNameError"),
-        (["migrate", "--dsn", "postgresql://no_such_role@127.0.0.1:5432/postgres"],
-         "no_such_role"),
+        (["migrate", "--dsn", "{database:no_such_database}"], "InvalidCatalogNameError"),
+        (["migrate", "--dsn", "{user:no_such_role}"], "no_such_role"),
         (["migrate", "--dsn", "postgresql://postgres@127.0.0.1:1/postgres"], "cannot use PostgreSQL"),
         (["worker", "no_such_module:registry"], "importing 'no_such_module' failed"),
         (["worker", "deploy_app"], "expected MODULE:REGISTRY"),
@@ -215,6 +213,7 @@ def test_every_command_error_is_one_line_and_exit_2(
 ) -> None:
     if args[0] == "worker" and "--dsn" not in args:
         args = [*args, "--dsn", pg_dsn]
+    args = with_dsns(args, pg_dsn)
     done = subprocess.run(
         pgjobs_command(*args), cwd=app, env=environment(), capture_output=True, text=True,
         timeout=60,

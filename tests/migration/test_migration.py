@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 import bullmq_compat
 from migration_tools import ExitCode, MigrationOptions, migrate
 from pgjobs import JobQueue
+from tests.helpers import dsn_with
 
 HOUR_MS = 3_600_000
 
@@ -425,7 +426,7 @@ def test_the_cli_names_what_it_cannot_reach_in_one_line_and_exits_2(
     pg_dsn: str, redis_url: str, jobs: JobQueue, redis: str | None, database: str | None,
     named: str,
 ) -> None:  # fmt: skip
-    dsn = pg_dsn if database is None else pg_dsn.rsplit("/", 1)[0] + "/" + database
+    dsn = pg_dsn if database is None else dsn_with(pg_dsn, database=database)
     result = run_cli("--redis", redis or redis_url, "--postgres", dsn, "--schema", jobs.schema)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()

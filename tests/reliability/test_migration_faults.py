@@ -19,6 +19,7 @@ import bullmq
 import pytest
 
 from pgjobs import JobQueue
+from tests.helpers import with_dsns
 from tests.migration.test_migration import seed
 from tests.reliability.figures import Figure, record, seconds
 
@@ -173,8 +174,8 @@ BAD_ARGUMENTS = [
     (["--schema", "missing_schema"], "not installed", 2),
     (["--dry-run", "--delete-from-redis"], "cannot be combined", 2),
     (["--postgres", "postgresql://postgres@127.0.0.1:1/postgres"], "cannot use PostgreSQL", 2),
-    (["--postgres", "postgresql://postgres@127.0.0.1:5432/no_such_db"], "InvalidCatalogName", 2),
-    (["--postgres", "postgresql://no_such_role@127.0.0.1:5432/postgres"], "cannot use Postgre", 2),
+    (["--postgres", "{database:no_such_db}"], "InvalidCatalogName", 2),
+    (["--postgres", "{user:no_such_role}"], "cannot use PostgreSQL", 2),
     (["--redis", "redis://127.0.0.1:1/0"], "cannot reach Redis", 2),
 ]
 
@@ -190,6 +191,7 @@ async def test_the_cli_names_bad_input_and_writes_nothing(
     code: int,
 ) -> None:
     base = cli(redis_url, pg_dsn, jobs.schema, "bad")
+    extra = with_dsns(extra, pg_dsn)
     # later flags win in argparse, and --prefix/--queue append: the bad value is what counts
     result = subprocess.run([*base, *extra], capture_output=True, text=True, timeout=120,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
