@@ -2,7 +2,8 @@
 
 - Named statements (``queries.sql`` and its siblings): a block under a ``-- name: NAME``
   header. ``{schema}`` is replaced by the validated schema name; values are always bind
-  parameters.
+  parameters. ``{fragment:NAME}`` stands for a piece of ``fragments.sql`` several statements
+  share.
 - ``migrations/``: numbered files (tables, indexes, data changes), applied once each.
 - ``schema/``: the current definition of every function, trigger function and trigger, one
   concern per file, written to be re-applied; ``migrate`` applies them whenever their digest
@@ -26,6 +27,8 @@ JOB_COLUMNS = (
 )
 
 _HEADER = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_FRAGMENT = re.compile(r"^-- fragment: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_USE = re.compile(r"\{fragment:([a-z_][a-z0-9_]*)\}")
 _FILES = (
     "migrate.sql",
     "queries.sql",
@@ -52,6 +55,30 @@ def _parse(text: str, source: str) -> dict[str, str]:
 
 
 @cache
+def _fragments() -> dict[str, str]:
+    """``fragments.sql``: SQL shared by several statements, each under ``-- fragment: NAME``
+    (its leading comment lines dropped)."""
+    text = resources.files(__package__).joinpath("fragments.sql").read_text(encoding="utf-8")
+    parts = _FRAGMENT.split(text)
+    return {
+        name: "\n".join(
+            line for line in body.strip().splitlines() if not line.startswith("--")
+        ).strip()
+        for name, body in zip(parts[1::2], parts[2::2], strict=True)
+    }
+
+
+def _with_fragments(body: str, name: str) -> str:
+    def fragment(match: re.Match[str]) -> str:
+        try:
+            return _fragments()[match.group(1)]
+        except KeyError:
+            raise RuntimeError(f"SQL statement {name!r} names no fragment {match.group(1)!r}")
+
+    return _USE.sub(fragment, body)
+
+
+@cache
 def _templates() -> dict[str, str]:
     merged: dict[str, str] = {}
     for filename in _FILES:
@@ -59,7 +86,7 @@ def _templates() -> dict[str, str]:
         for name, body in _parse(text, filename).items():
             if name in merged:
                 raise RuntimeError(f"SQL statement {name!r} is defined twice")
-            merged[name] = body
+            merged[name] = _with_fragments(body, name)
     return merged
 
 

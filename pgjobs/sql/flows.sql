@@ -19,14 +19,7 @@ WITH flow AS (
                        THEN set_config('synchronous_commit', $21, true) END
 ),
 src AS MATERIALIZED (
-    SELECT nextval('{schema}.jobs_id_seq') AS id, u.*
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::timestamptz[],
-                $7::float8[], $8::int[], $9::int[], $10::text[], $11::text[], $12::text[],
-                $13::text[], $14::text[], $15::text[], $16::text[], $17::bigint[], $18::int[],
-                $19::bool[])
-         WITH ORDINALITY AS u(queue, kind, name, payload, priority, run_at, delay, max_attempts,
-                              max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
-                              job_key, retention, flow_id, pending_deps, record_events, ord)
+    {fragment:unnested_jobs}
 ),
 ins AS (
     INSERT INTO {schema}.jobs (id, queue, kind, name, payload, priority, run_at, max_attempts,
@@ -37,15 +30,9 @@ ins AS (
            max_attempts, max_deferrals, backoff::jsonb, group_key, tenant, metadata::jsonb,
            retention::jsonb, (SELECT f.id FROM flow f), pending_deps, record_events
     FROM src ORDER BY ord
-    RETURNING id, queue, name, job_key, tenant, pending_deps, run_at, priority, record_events
+    RETURNING {fragment:inserted_columns}
 ),
-added AS (
-    INSERT INTO {schema}.job_events (queue, job_id, job_key, tenant, event, data)
-    SELECT a.queue, a.id, a.job_key, a.tenant, 'added',
-           {schema}.added_event_data(a.name, a.pending_deps, a.run_at, a.priority)
-    FROM ins a WHERE a.record_events ORDER BY a.id
-    RETURNING pg_notify('{schema}_events', queue)
-),
+{fragment:added_events},
 edges AS (
     INSERT INTO {schema}.job_edges (prerequisite_id, dependent_id, policy)
     SELECT p.id, d.id, e.policy
@@ -107,7 +94,7 @@ WITH src AS MATERIALIZED (
     SELECT j.*, nextval('{schema}.jobs_id_seq') AS new_id
     FROM {schema}.jobs j WHERE j.flow_id = $1 ORDER BY j.id
 ),
-cloned AS (
+ins AS (
     INSERT INTO {schema}.jobs (id, queue, kind, name, payload, priority, max_attempts,
                                max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
                                retention, flow_id, pending_deps, record_events)
@@ -117,15 +104,9 @@ cloned AS (
            (SELECT count(*) FROM {schema}.job_edges e WHERE e.dependent_id = s.id),
            s.record_events
     FROM src s ORDER BY s.id
-    RETURNING id, queue, name, job_key, tenant, pending_deps, run_at, priority, record_events
+    RETURNING {fragment:inserted_columns}
 ),
-added AS (
-    INSERT INTO {schema}.job_events (queue, job_id, job_key, tenant, event, data)
-    SELECT a.queue, a.id, a.job_key, a.tenant, 'added',
-           {schema}.added_event_data(a.name, a.pending_deps, a.run_at, a.priority)
-    FROM cloned a WHERE a.record_events ORDER BY a.id
-    RETURNING pg_notify('{schema}_events', queue)
-),
+{fragment:added_events},
 edges AS (
     INSERT INTO {schema}.job_edges (prerequisite_id, dependent_id, policy)
     SELECT p.new_id, d.new_id, e.policy

@@ -31,15 +31,9 @@ ins AS (
            output::jsonb, last_error::jsonb, progress::jsonb, retention::jsonb
     FROM src ORDER BY ord
     ON CONFLICT DO NOTHING
-    RETURNING id, queue, name, job_key, tenant, pending_deps, run_at, priority, record_events
+    RETURNING {fragment:inserted_columns}
 ),
-added AS (
-    INSERT INTO {schema}.job_events (queue, job_id, job_key, tenant, event, data)
-    SELECT a.queue, a.id, a.job_key, a.tenant, 'added',
-           {schema}.added_event_data(a.name, a.pending_deps, a.run_at, a.priority)
-    FROM ins a WHERE a.record_events ORDER BY a.id
-    RETURNING pg_notify('{schema}_events', queue)
-)
+{fragment:added_events}
 SELECT src.ord, coalesce(ins.id, existing.id) AS id, ins.id IS NOT NULL AS inserted
 FROM src
 LEFT JOIN ins ON ins.id = src.id

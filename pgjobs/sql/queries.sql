@@ -23,17 +23,11 @@ WITH ins AS (
             $8, $9, $10::text::jsonb, $11, $12, $13, $14::text::jsonb, $15, $16::text::jsonb,
             $17, $18, $19)
     ON CONFLICT DO NOTHING
-    RETURNING id, queue, name, job_key, tenant, pending_deps, run_at, priority, record_events,
+    RETURNING {fragment:inserted_columns},
               pg_notify($20, queue),
               CASE WHEN $21::text IS NOT NULL THEN set_config('synchronous_commit', $21, true) END
 ),
-added AS (
-    INSERT INTO {schema}.job_events (queue, job_id, job_key, tenant, event, data)
-    SELECT a.queue, a.id, a.job_key, a.tenant, 'added',
-           {schema}.added_event_data(a.name, a.pending_deps, a.run_at, a.priority)
-    FROM ins a WHERE a.record_events ORDER BY a.id
-    RETURNING pg_notify('{schema}_events', queue)
-)
+{fragment:added_events}
 SELECT id, false AS duplicate FROM ins
 UNION ALL
 (SELECT j.id, true FROM {schema}.jobs j
@@ -48,14 +42,7 @@ UNION ALL
 -- given and whether it was written; rows not written hit a job key or an in-flight dedup key.
 -- $21: synchronous_commit, and the 'added' events, as for enqueue_one.
 WITH src AS MATERIALIZED (
-    SELECT nextval('{schema}.jobs_id_seq') AS id, u.*
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::timestamptz[],
-                $7::float8[], $8::int[], $9::int[], $10::text[], $11::text[], $12::text[],
-                $13::text[], $14::text[], $15::text[], $16::text[], $17::bigint[], $18::int[],
-                $19::bool[])
-         WITH ORDINALITY AS u(queue, kind, name, payload, priority, run_at, delay, max_attempts,
-                              max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
-                              job_key, retention, flow_id, pending_deps, record_events, ord)
+    {fragment:unnested_jobs}
 ),
 ins AS (
     INSERT INTO {schema}.jobs (id, queue, kind, name, payload, priority, run_at, max_attempts,
@@ -67,16 +54,10 @@ ins AS (
            metadata::jsonb, job_key, retention::jsonb, flow_id, pending_deps, record_events
     FROM src ORDER BY ord
     ON CONFLICT DO NOTHING
-    RETURNING id, queue, name, job_key, tenant, pending_deps, run_at, priority, record_events,
+    RETURNING {fragment:inserted_columns},
               CASE WHEN $21::text IS NOT NULL THEN set_config('synchronous_commit', $21, true) END
 ),
-added AS (
-    INSERT INTO {schema}.job_events (queue, job_id, job_key, tenant, event, data)
-    SELECT a.queue, a.id, a.job_key, a.tenant, 'added',
-           {schema}.added_event_data(a.name, a.pending_deps, a.run_at, a.priority)
-    FROM ins a WHERE a.record_events ORDER BY a.id
-    RETURNING pg_notify('{schema}_events', queue)
-),
+{fragment:added_events},
 notified AS (
     SELECT pg_notify($20, q.queue) FROM (SELECT DISTINCT queue FROM src) q
 )

@@ -1,0 +1,30 @@
+-- Fragments: pieces of SQL that several statements share, written once. A statement names
+-- one as {fragment:NAME}; the loader (sql/__init__.py) puts it in before anything else.
+
+-- fragment: inserted_columns
+-- What an INSERT INTO jobs returns for added_events.
+id, queue, name, job_key, tenant, pending_deps, run_at, priority, record_events
+
+-- fragment: added_events
+-- The 'added' event of every inserted job that records events (the statement's CTE `ins`
+-- returns inserted_columns), with its notification: written by the inserting statement itself
+-- (sql/schema/job_events.sql says why).
+added AS (
+    INSERT INTO {schema}.job_events (queue, job_id, job_key, tenant, event, data)
+    SELECT a.queue, a.id, a.job_key, a.tenant, 'added',
+           {schema}.added_event_data(a.name, a.pending_deps, a.run_at, a.priority)
+    FROM ins a WHERE a.record_events ORDER BY a.id
+    RETURNING pg_notify('{schema}_events', queue)
+)
+
+-- fragment: unnested_jobs
+-- The rows of an array-per-column batch of jobs ($1-$19, as sql/../enqueue.py's row_args
+-- orders them), each with a new id and its ordinal.
+SELECT nextval('{schema}.jobs_id_seq') AS id, u.*
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::timestamptz[],
+                $7::float8[], $8::int[], $9::int[], $10::text[], $11::text[], $12::text[],
+                $13::text[], $14::text[], $15::text[], $16::text[], $17::bigint[], $18::int[],
+                $19::bool[])
+         WITH ORDINALITY AS u(queue, kind, name, payload, priority, run_at, delay, max_attempts,
+                              max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
+                              job_key, retention, flow_id, pending_deps, record_events, ord)
