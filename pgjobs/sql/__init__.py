@@ -73,7 +73,9 @@ def _with_fragments(body: str, name: str) -> str:
         try:
             return _fragments()[match.group(1)]
         except KeyError:
-            raise RuntimeError(f"SQL statement {name!r} names no fragment {match.group(1)!r}")
+            raise RuntimeError(
+                f"SQL statement {name!r} names no fragment {match.group(1)!r}"
+            ) from None
 
     return _USE.sub(fragment, body)
 
