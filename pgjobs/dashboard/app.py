@@ -33,6 +33,8 @@ from pgjobs.models import FlowFilter, JobFilter, SubState
 
 TenantResolver = Callable[[Request], "str | Awaitable[str | None] | None"]
 PAGE = 50
+MAX_PAGE = 100_000
+"""Beyond this page a listing answers 400 (an offset PostgreSQL would scan for nothing)."""
 CSRF_COOKIE = "pgjobs_csrf"
 SUB_STATES = [s.value for s in SubState]
 OUTCOMES = ["running", "failed", "completed_with_failures", "completed"]
@@ -58,16 +60,51 @@ def _sparkline(values: list[int], width: int = 120, height: int = 24) -> str:
     )
 
 
-def _bars(values: list[int], labels: list[str], width: int = 900, height: int = 160) -> str:
+METRIC_COLOURS = {"completed": "#4c9a4c", "failed": "#d04848", "cancelled": "#8a8a8a"}
+
+
+def _bars(
+    values: list[int],
+    labels: list[str],
+    colour: str = "#6c9bd2",
+    width: int = 900,
+    height: int = 160,
+) -> str:
+    """A bar chart as SVG with its axes: the largest value on the y axis, the first and last
+    bucket on the x axis, each bar's value in its tooltip; "no data" when every bucket is 0."""
+    left, bottom = 40, 18
+    plot_w, plot_h = width - left, height - bottom - 6
     top = max(max(values, default=0), 1)
-    bar = width / max(len(values), 1)
+    bar = plot_w / max(len(values), 1)
     rects = "".join(
-        f'<rect x="{i * bar:.1f}" y="{height - v / top * (height - 10):.1f}" '
-        f'width="{max(bar - 1, 1):.1f}" height="{v / top * (height - 10):.1f}" fill="#6c9bd2">'
+        f'<rect x="{left + i * bar:.1f}" y="{6 + plot_h - v / top * plot_h:.1f}" '
+        f'width="{max(bar - 1, 1):.1f}" height="{v / top * plot_h:.1f}" fill="{colour}">'
         f"<title>{label}: {v}</title></rect>"
         for i, (v, label) in enumerate(zip(values, labels, strict=True))
     )
-    return f'<svg width="{width}" height="{height}" class="bars">{rects}</svg>'
+    axes = (
+        f'<line x1="{left}" y1="6" x2="{left}" y2="{6 + plot_h}" stroke="#888"/>'
+        f'<line x1="{left}" y1="{6 + plot_h}" x2="{width}" y2="{6 + plot_h}" stroke="#888"/>'
+        f'<text x="{left - 4}" y="14" text-anchor="end" class="axis">{top}</text>'
+        f'<text x="{left - 4}" y="{6 + plot_h}" text-anchor="end" class="axis">0</text>'
+    )
+    if labels:
+        axes += (
+            f'<text x="{left}" y="{height - 3}" class="axis">{labels[0]}</text>'
+            f'<text x="{width}" y="{height - 3}" text-anchor="end" class="axis">{labels[-1]}</text>'
+        )
+    empty = (
+        ""
+        if any(values)
+        else (
+            f'<text x="{left + plot_w / 2}" y="{6 + plot_h / 2}" text-anchor="middle" '
+            f'class="no-data">no data in this period</text>'
+        )
+    )
+    return (
+        f'<svg width="{width}" height="{height}" class="bars" font-size="11" fill="currentColor">'
+        f'{axes}{rects}{empty}</svg><p class="muted">total {sum(values)}</p>'
+    )
 
 
 def _line(start: graph.Placed, end: graph.Placed, edge: Any) -> dict[str, Any]:
@@ -95,6 +132,7 @@ class Dashboard:
         self.read_only = read_only
         self.tenant_resolver = tenant_resolver
         self.root = root_path.rstrip("/")
+        self._message_key = secrets.token_bytes(32)  # status banners are this app's own
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -121,7 +159,7 @@ class Dashboard:
             read_only=self.read_only,
             tenant=await self.tenant(request),
             csrf=token,
-            message=request.query_params.get("message"),
+            message=self.message_of(request),
             pretty=_pretty,
             **context,
         )
@@ -143,8 +181,30 @@ class Dashboard:
             raise HTTPException(403, "missing or wrong CSRF token: reload the page and retry")
         return form
 
+    def _signature(self, message: str) -> str:
+        return hmac.new(self._message_key, message.encode(), "sha256").hexdigest()[:32]
+
     def back(self, request: Request, path: str, message: str) -> Response:
-        return RedirectResponse(f"{self.root}{path}?{urlencode({'message': message})}", 303)
+        """Redirect after an action, with a status banner only this app can have written."""
+        query = urlencode({"message": message, "sig": self._signature(message)})
+        return RedirectResponse(f"{self.root}{path}?{query}", 303)
+
+    def message_of(self, request: Request) -> str | None:
+        """The banner of a redirect made by ``back``; a link's own ``?message=`` is ignored."""
+        message = request.query_params.get("message")
+        signature = request.query_params.get("sig", "")
+        if message is None or not hmac.compare_digest(signature, self._signature(message)):
+            return None
+        return message
+
+    @staticmethod
+    def page_of(request: Request) -> int:
+        text = request.query_params.get("page") or "0"
+        if not text.isdigit() or int(text) > MAX_PAGE:
+            raise HTTPException(
+                400, f"page must be a whole number from 0 to {MAX_PAGE}, got {text!r}"
+            )
+        return int(text)
 
     def queue_wide(self, tenant: str | None) -> None:
         if tenant is not None:
@@ -180,7 +240,7 @@ class Dashboard:
         tenant = await self.tenant(request)
         queue = queue_of(request.path_params["queue"])
         q = request.query_params
-        page = max(int(q.get("page", "0") or 0), 0)
+        page = self.page_of(request)
         filters: dict[str, Any] = {
             k: q.get(k) or None for k in ("sub_state", "kind", "name_prefix", "dedup_key")
         }
@@ -209,7 +269,7 @@ class Dashboard:
     async def flows(self, request: Request) -> Response:
         tenant = await self.tenant(request)
         q = request.query_params
-        page = max(int(q.get("page", "0") or 0), 0)
+        page = self.page_of(request)
         filters: dict[str, Any] = {k: q.get(k) or None for k in ("queue", "outcome", "name_prefix")}
         if filters["outcome"] and filters["outcome"] not in OUTCOMES:
             raise HTTPException(400, f"unknown outcome {filters['outcome']!r}")
@@ -238,6 +298,8 @@ class Dashboard:
         return await self.render(
             request, "flow", view=view, placed=placed, lines=lines, width=width, height=height,
             node_w=graph.NODE_W, node_h=graph.NODE_H, colours=graph.COLOURS,
+            requeueable=any(n for s, n in view.summary.counts.items()
+                            if s in (SubState.FAILED, SubState.CANCELLED)),
         )  # fmt: skip
 
     async def metrics(self, request: Request) -> Response:
@@ -252,7 +314,7 @@ class Dashboard:
         buckets = await self.jobs.queue_metrics(queue, granularity, end - spans[granularity], end)  # type: ignore[arg-type]
         labels = [b.start.strftime("%Y-%m-%d %H:%M") for b in buckets]
         charts = [
-            (name, _bars([getattr(b, field) for b in buckets], labels))
+            (name, _bars([getattr(b, field) for b in buckets], labels, METRIC_COLOURS[name]))
             for name, field in (("completed", "completed"), ("failed", "dead"),
                                 ("cancelled", "cancelled"))
         ]  # fmt: skip
@@ -272,8 +334,30 @@ class Dashboard:
 
     # -- actions ------------------------------------------------------------------------------
 
+    async def remove_confirm(self, request: Request) -> Response:
+        if self.read_only:
+            raise HTTPException(403, "this dashboard is read-only")
+        tenant = await self.tenant(request)
+        job_id = self._int(request.path_params["job_id"])
+        row = await self.jobs.get(job_id, **self.scope(tenant))
+        if row is None:
+            raise HTTPException(404, f"no job {job_id}")
+        return await self.render(request, "remove", job=row)
+
+    async def health(self, request: Request) -> Response:
+        """200 when the database answers and the schema is this code's; else 503. JSON, with
+        the number of heartbeating workers (a load balancer's or an orchestrator's probe)."""
+        try:
+            await self.jobs.check_schema()
+            workers = len(await self.jobs.list_workers())
+        except Exception as exc:  # the database down, the schema missing or stale
+            body = {"status": "unhealthy", "error": f"{type(exc).__name__}: {exc}"}
+            return Response(json.dumps(body), 503, media_type="application/json")
+        body = {"status": "ok", "schema": "current", "workers": workers}
+        return Response(json.dumps(body), 200, media_type="application/json")
+
     async def job_action(self, request: Request) -> Response:
-        await self.checked_form(request)
+        form = await self.checked_form(request)
         tenant = await self.tenant(request)
         job_id = self._int(request.path_params["job_id"])
         action = request.path_params["action"]
@@ -287,6 +371,8 @@ class Dashboard:
         elif action == "remove":
             if await self.jobs.get(job_id, **scope) is None:
                 raise HTTPException(404, f"no job {job_id}")
+            if form.get("confirmed") != "1":  # only from the confirmation page
+                return RedirectResponse(f"{self.root}/jobs/{job_id}/remove", 303)
             result = await self.jobs.purge(JobFilter(ids=(job_id,), tenant=tenant))
             if result.deleted:
                 return self.back(request, "/", f"job {job_id} removed")
@@ -372,7 +458,9 @@ def create_app(
         Route("/queues/{queue:str}/purge", d.purge_confirm, methods=["GET"]),
         Route("/queues/{queue:str}/purge", d.purge, methods=["POST"]),
         Route("/queues/{queue:str}/{action:str}", d.queue_action, methods=["POST"]),
+        Route("/health", d.health),
         Route("/jobs/{job_id:str}", d.job),
+        Route("/jobs/{job_id:str}/remove", d.remove_confirm, methods=["GET"]),
         Route("/jobs/{job_id:str}/{action:str}", d.job_action, methods=["POST"]),
         Route("/flows", d.flows),
         Route("/flows/{flow_id:str}", d.flow),

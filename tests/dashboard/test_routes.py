@@ -110,7 +110,16 @@ async def test_job_queue_flow_and_purge_actions(
     purged = await client.post("/queues/mail/purge", data={"csrf": token, "sub_state": "completed"})
     assert purged.status_code == 303
     assert await jobs.list_jobs(JobFilter(queue="mail", sub_state="completed")) == []
-    removed = await client.post(f"/jobs/{seeded['failed']}/remove", data={"csrf": token})
+    # Remove asks first: a bare POST leads to the confirmation page and deletes nothing
+    unconfirmed = await client.post(f"/jobs/{seeded['failed']}/remove", data={"csrf": token})
+    assert unconfirmed.status_code == 303
+    assert unconfirmed.headers["location"].endswith(f"/jobs/{seeded['failed']}/remove")
+    assert await jobs.get(seeded["failed"]) is not None
+    asked = await client.get(f"/jobs/{seeded['failed']}/remove")
+    assert asked.status_code == 200 and "This deletes job" in asked.text
+    removed = await client.post(
+        f"/jobs/{seeded['failed']}/remove", data={"csrf": token, "confirmed": "1"}
+    )
     assert removed.status_code == 303 and await jobs.get(seeded["failed"]) is None
     assert (await client.post("/jobs/1/explode", data={"csrf": token})).status_code == 404
 
@@ -204,3 +213,78 @@ async def test_a_queue_whose_name_holds_a_slash_or_a_percent_has_its_pages(
         pause = await client.post(link.group(1) + "/pause", data={"csrf": csrf_of(home)})
         assert pause.status_code == 303, queue
         assert (await jobs.queue_settings(queue)).paused
+
+
+async def test_a_bad_page_number_is_a_400_naming_it(
+    client: httpx.AsyncClient, seeded: dict[str, int]
+) -> None:
+    for path in ("/queues/mail?page=abc", "/queues/mail?page=-1", "/flows?page=1e9",
+                 f"/queues/mail?page={10**30}", "/flows?page=100001"):  # fmt: skip
+        response = await client.get(path)
+        assert response.status_code == 400, path
+        assert "page must be a whole number from 0 to 100000" in response.text, path
+    assert (await client.get("/queues/mail?page=100000")).status_code == 200  # empty, not an error
+
+
+async def test_only_the_apps_own_redirects_show_a_status_banner(
+    client: httpx.AsyncClient, seeded: dict[str, int]
+) -> None:
+    faked = await client.get("/?message=Your+session+expired%2C+log+in+at+evil.example")
+    assert faked.status_code == 200 and "evil.example" not in faked.text
+    token = csrf_of(await client.get(f"/jobs/{seeded['failed']}"))
+    done = await client.post(f"/jobs/{seeded['failed']}/retry", data={"csrf": token})
+    shown = await client.get(done.headers["location"].removeprefix("http://dash"))
+    assert 'role="status"' in shown.text and f"retry: job {seeded['failed']}" in shown.text
+    tampered = done.headers["location"].replace("retry", "removed")
+    assert 'role="status"' not in (await client.get(tampered)).text
+
+
+async def test_the_health_route_answers_for_probes(jobs: JobQueue, pool: Any) -> None:
+    async with client_for(jobs) as client:
+        healthy = await client.get("/health")
+        assert healthy.status_code == 200
+        assert healthy.json() == {"status": "ok", "schema": "current", "workers": 0}
+        await pool.execute(f"UPDATE {jobs.schema}.schema_definitions SET digest = 'older'")
+        stale = await client.get("/health")
+        assert stale.status_code == 503 and stale.json()["status"] == "unhealthy"
+        assert "pgjobs migrate" in stale.json()["error"]
+
+
+async def test_a_flow_page_shows_what_blocks_it_and_offers_the_requeue(
+    client: httpx.AsyncClient, seeded: dict[str, int]
+) -> None:
+    # The seeded flow: a completed, b failed under the default (block) policy, c held by b.
+    page = (await client.get(f"/flows/{seeded['flow']}")).text
+    lines = re.findall(r"<line [^>]*>", page)
+    blocked = [line for line in lines if 'data-edge-state="blocked"' in line]
+    satisfied = [line for line in lines if 'data-edge-state="satisfied"' in line]
+    assert len(blocked) == 1 and 'stroke-width="3"' in blocked[0]
+    assert "stroke-dasharray" not in blocked[0]
+    assert len(satisfied) == 1 and "stroke-dasharray" in satisfied[0]
+    assert "Requeue failed and cancelled nodes" in page  # the flow still runs, yet is stuck
+    assert 'id="node-legend"' in page and "waiting_children" in page
+    assert re.search(r">#\d+ ", page)  # nodes are told apart by id, not only by name
+
+
+async def test_metrics_charts_have_axes_their_own_colours_and_say_when_empty(
+    client: httpx.AsyncClient, seeded: dict[str, int]
+) -> None:
+    page = (await client.get("/queues/mail/metrics?granularity=hour")).text
+    charts = page.split("<h2>")[1:]
+    assert [c.split("</h2>")[0] for c in charts] == ["completed", "failed", "cancelled"]
+    completed, failed, cancelled = charts
+    assert 'fill="#4c9a4c"' in completed and 'fill="#d04848"' in failed
+    assert 'class="axis"' in completed and "total 2" in completed  # done + the flow's a
+    assert "no data in this period" in cancelled and "no data" not in completed
+
+
+async def test_a_job_list_shows_the_last_error_and_when_a_pending_job_runs(
+    client: httpx.AsyncClient, seeded: dict[str, int]
+) -> None:
+    page = (await client.get("/queues/mail")).text
+    failed_row = re.search(rf'<tr data-job="{seeded["failed"]}">.*?</tr>', page, re.S)
+    assert failed_row and "Fatal: it broke &lt;b&gt;badly&lt;/b&gt;" in failed_row.group(0)
+    waiting_row = re.search(rf'<tr data-job="{seeded["waiting"]}">.*?</tr>', page, re.S)
+    assert waiting_row and re.search(
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d</td>\s*<td>", waiting_row.group(0)
+    )
