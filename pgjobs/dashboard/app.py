@@ -351,10 +351,10 @@ class Dashboard:
             await self.jobs.check_schema()
             workers = len(await self.jobs.list_workers())
         except Exception as exc:  # the database down, the schema missing or stale
-            body = {"status": "unhealthy", "error": f"{type(exc).__name__}: {exc}"}
-            return Response(json.dumps(body), 503, media_type="application/json")
-        body = {"status": "ok", "schema": "current", "workers": workers}
-        return Response(json.dumps(body), 200, media_type="application/json")
+            failure = {"status": "unhealthy", "error": f"{type(exc).__name__}: {exc}"}
+            return Response(json.dumps(failure), 503, media_type="application/json")
+        healthy = {"status": "ok", "schema": "current", "workers": workers}
+        return Response(json.dumps(healthy), 200, media_type="application/json")
 
     async def job_action(self, request: Request) -> Response:
         form = await self.checked_form(request)
