@@ -88,6 +88,24 @@ def _parser() -> argparse.ArgumentParser:
         "--min-workers", type=int, default=1, help="workers that must heartbeat (0: none)"
     )
     check.add_argument("--json", action="store_true")
+    queues = commands.add_parser("queues", help="every queue with its counts by sub-state")
+    _connection_arguments(queues)
+    queues.add_argument("--json", action="store_true")
+    jobs = commands.add_parser("jobs", help="list, retry or cancel jobs from the shell")
+    actions = jobs.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", help="jobs matching the filters, newest first")
+    _connection_arguments(listing)
+    listing.add_argument("--queue", default=None)
+    listing.add_argument("--kind", default=None)
+    listing.add_argument("--sub-state", default=None, help="ready, delayed, retry, active, ...")
+    listing.add_argument("--limit", type=_positive, default=50)
+    listing.add_argument("--json", action="store_true")
+    for name, what in (("retry", "re-drive finished jobs (fresh attempts, due now)"),
+                       ("cancel", "cancel pending or running jobs")):  # fmt: skip
+        action = actions.add_parser(name, help=what)
+        _connection_arguments(action)
+        action.add_argument("ids", nargs="+", type=int, metavar="ID")
+        action.add_argument("--json", action="store_true")
     dash = commands.add_parser("dashboard", help="serve the web dashboard (dashboard extra)")
     _connection_arguments(dash)
     dash.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
@@ -171,6 +189,75 @@ def _healthcheck(args: argparse.Namespace) -> int:
     return 0 if found.healthy else 1
 
 
+def _queues(args: argparse.Namespace) -> int:
+    from pgjobs.client import JobQueue
+
+    async def main() -> list[dict[str, Any]]:
+        jobs = await JobQueue.connect(args.dsn, schema=args.schema, max_size=2)
+        try:
+            await jobs.check_schema()
+            return [
+                {
+                    "queue": q.queue,
+                    "paused": q.paused,
+                    "counts": {s.value: n for s, n in q.counts.items()},
+                }
+                for q in await jobs.queue_stats()
+            ]
+        finally:
+            await jobs.close()
+
+    found = asyncio.run(main())
+    if args.json:
+        print(json.dumps(found))
+    for queue in found if not args.json else []:
+        counts = " ".join(f"{state}={n}" for state, n in queue["counts"].items() if n)
+        print(f"{queue['queue']}{' (paused)' if queue['paused'] else ''}: {counts or 'empty'}")
+    return 0
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    from pgjobs.client import JobQueue
+    from pgjobs.models import JobFilter
+
+    async def main() -> Any:
+        jobs = await JobQueue.connect(args.dsn, schema=args.schema, max_size=2)
+        try:
+            await jobs.check_schema()
+            if args.action == "list":
+                where = JobFilter(queue=args.queue, kind=args.kind, sub_state=args.sub_state)
+                return await jobs.list_jobs(where, limit=args.limit)
+            act = jobs.requeue if args.action == "retry" else jobs.cancel
+            return {job_id: await act(job_id, any_tenant=True) for job_id in args.ids}
+        finally:
+            await jobs.close()
+
+    result = asyncio.run(main())
+    if args.action == "list":
+        rows = [
+            {"id": r.id, "queue": r.queue, "kind": r.kind, "name": r.name,
+             "sub_state": r.sub_state.value, "attempts": r.attempts,
+             "max_attempts": r.max_attempts, "run_at": r.run_at.isoformat(),
+             "last_error": (r.last_error or {}).get("message")}
+            for r in result
+        ]  # fmt: skip
+        if args.json:
+            print(json.dumps(rows))
+        for row in rows if not args.json else []:
+            error = f"  {row['last_error']}" if row["last_error"] else ""
+            print(f"{row['id']:>8} {row['queue']} {row['kind']} {row['sub_state']} "
+                  f"{row['attempts']}/{row['max_attempts']}{error}")  # fmt: skip
+        return 0
+    if args.json:
+        print(json.dumps({str(k): v for k, v in result.items()}))
+    else:
+        done_word = {"retry": "requeued", "cancel": "cancelled"}[args.action]
+        for job_id, done in result.items():
+            outcome = done_word if done else "nothing to do (absent, or not in a state for it)"
+            print(f"{job_id}: {outcome}")
+    return 0 if all(result.values()) else 1
+
+
 def _dashboard(args: argparse.Namespace) -> int:
     try:
         import uvicorn
@@ -199,6 +286,8 @@ COMMANDS: dict[str, Any] = {
     "worker": _worker,
     "scheduler": _scheduler,
     "healthcheck": _healthcheck,
+    "queues": _queues,
+    "jobs": _jobs,
     "dashboard": _dashboard,
 }
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -235,3 +236,31 @@ def test_version_and_a_factory_registry(app: Path, pg_dsn: str) -> None:
     finally:
         sys.path.remove(str(app))
         sys.modules.pop("deploy_app", None)
+
+
+async def test_jobs_and_queues_from_the_shell(
+    pg_dsn: str, jobs: JobQueue, deploy_kinds: Registry, schema_name: str
+) -> None:
+    def pgjobs_json(*args: str) -> Any:
+        done = subprocess.run(
+            pgjobs_command(*args, "--dsn", pg_dsn, "--schema", schema_name, "--json"),
+            env=environment(), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode in (0, 1), done.stderr
+        return done.returncode, json.loads(done.stdout)
+
+    pending = await jobs.enqueue("slow", {"seconds": 0})
+    later = await jobs.enqueue("slow", {"seconds": 0}, delay=3600)
+    _, queues = pgjobs_json("queues")
+    assert queues == [
+        {"queue": "deploy", "paused": False,
+         "counts": {**{s: 0 for s in queues[0]["counts"]}, "ready": 1, "delayed": 1}}
+    ]  # fmt: skip
+    _, listed = pgjobs_json("jobs", "list", "--queue", "deploy", "--sub-state", "delayed")
+    assert [row["id"] for row in listed] == [later.id]
+    code, cancelled = pgjobs_json("jobs", "cancel", str(pending.id), str(later.id))
+    assert code == 0 and cancelled == {str(pending.id): True, str(later.id): True}
+    code, retried = pgjobs_json("jobs", "retry", str(pending.id), "999999")
+    assert code == 1 and retried == {str(pending.id): True, "999999": False}
+    row = await jobs.get(pending.id)
+    assert row is not None and row.status is Status.PENDING
