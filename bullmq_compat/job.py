@@ -26,7 +26,17 @@ from bullmq_compat.mapping import (
 from bullmq_compat.mapping import (
     milliseconds as mapping_milliseconds,
 )
-from pgjobs import Delayed, Fatal, JobContext, JobFilter, JobRow, Retry, Status
+from pgjobs import (
+    Delayed,
+    Fatal,
+    InvalidJobInput,
+    InvalidOption,
+    JobContext,
+    JobFilter,
+    JobRow,
+    Retry,
+    Status,
+)
 
 if TYPE_CHECKING:
     from bullmq_compat.queue import Queue
@@ -257,9 +267,17 @@ class Job:
             await asyncio.gather(*pending, return_exceptions=True)
 
     async def updateData(self, data: Any) -> None:
+        """Replace the job's data. Data jsonb cannot hold (a NUL, a lone surrogate) raises
+        InvalidOption naming ``data`` here, although ``add`` accepts it (PORTING §4)."""
         stored = json_data(data)
         jobs = await self.queue.engine()
-        if self.engine_id is None or not await jobs.update_payload(self.engine_id, stored):
+        try:
+            updated = self.engine_id is not None and await jobs.update_payload(
+                self.engine_id, stored
+            )
+        except InvalidJobInput as exc:
+            raise InvalidOption("data", f"updateData cannot store it: {exc}") from None
+        if not updated:
             raise TypeError(f"Missing key for job {self.id}. updateData")
         self.data = data
 

@@ -73,13 +73,15 @@ def json_data(value: Any, option: str = "data") -> Any:
     return json.loads(json.dumps(value, separators=(",", ":"), allow_nan=False))
 
 
-def stored_data(data: Any) -> tuple[Any, str | None]:
-    """``data`` (as ``json_data`` returns it) as the engine stores it: itself, or, when jsonb
-    cannot hold it (a NUL, a lone surrogate: BullMQ stores any JSON text), a jsonb-safe copy
-    plus the exact JSON (base64 of its UTF-8) for ``metadata.bullmq.raw_data``."""
-    if jsonb_problem(data) is None:
+def stored_data(value: Any) -> tuple[Any, str | None]:
+    """``value`` as BullMQ stores it (``json_data``), as the engine stores it: itself, or,
+    when jsonb cannot hold it (a NUL, a lone surrogate: BullMQ stores any JSON text), a
+    jsonb-safe copy plus the exact JSON (base64 of its UTF-8) for ``metadata.bullmq.raw_data``.
+    One serialisation: only text holding a ``\\u0000`` or ``\\ud…`` escape is checked further."""
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False)  # ASCII, as BullMQ's
+    data = json.loads(text)
+    if ("\\u0000" not in text and "\\ud" not in text) or jsonb_problem(data) is None:
         return data, None
-    text = json.dumps(data, separators=(",", ":"))  # ASCII: lone surrogates stay escapes
     return jsonb_safe(data), base64.b64encode(text.encode()).decode()
 
 

@@ -135,7 +135,7 @@ class Queue:
     ) -> tuple[JobSpec, dict[str, Any]]:
         merged = {**self.jobsOpts, **(opts or {})}
         options = enqueue_options(name, merged, self.prefix, self.name, events=self._record_events)
-        payload, raw = stored_data(json_data(data))
+        payload, raw = stored_data(data)
         if raw is not None:
             options["metadata"]["bullmq"] = {"raw_data": raw}
         return JobSpec(KIND, payload, **options), merged
