@@ -289,7 +289,7 @@ def enqueue_options(
         **dedup,
         "keep_completed": _keep("removeOnComplete", opts.get("removeOnComplete")),
         "keep_dead": _keep("removeOnFail", opts.get("removeOnFail")),
-        "metadata": {"opts": opts},
+        "metadata": {"opts": opts} if opts else None,  # none to keep: nothing to store
         "events": events,
         "lifo": lifo,
     }

@@ -114,6 +114,7 @@ class Queue:
         self._registry = facade_registry()
         events_opts = ((self.opts.get("streams") or {}).get("events")) or {}
         self._record_events = events_opts.get("maxLen", 10_000) != 0
+        self._plain_options: dict[str, dict[str, Any]] = {}  # by job name, for option-less adds
         self.closing = False
 
     async def engine(self) -> pgjobs.JobQueue:
@@ -134,10 +135,20 @@ class Queue:
         self, name: str, data: Any, opts: dict[str, Any] | None
     ) -> tuple[JobSpec, dict[str, Any]]:
         merged = {**self.jobsOpts, **(opts or {})}
-        options = enqueue_options(name, merged, self.prefix, self.name, events=self._record_events)
+        if merged:
+            options = enqueue_options(
+                name, merged, self.prefix, self.name, events=self._record_events
+            )
+        else:  # no options at all (the common bulk case): computed once per job name
+            options = self._plain_options.get(name) or self._plain_options.setdefault(
+                name, enqueue_options(name, {}, self.prefix, self.name, events=self._record_events)
+            )
         payload, raw = stored_data(data)
-        if raw is not None:
-            options["metadata"]["bullmq"] = {"raw_data": raw}
+        if raw is not None:  # a copy: the options above may be shared
+            options = {
+                **options,
+                "metadata": {**(options["metadata"] or {}), "bullmq": {"raw_data": raw}},
+            }
         return JobSpec(KIND, payload, **options), merged
 
     async def _enqueue(
