@@ -108,9 +108,12 @@ def jsonb_problem(value: Any) -> NotJson | None:
 
 
 def jsonb_safe(value: Any) -> Any:
-    """``value`` with every string and key made storable (``strip_nul``), recursively."""
+    """``value`` with every string and key made storable (``strip_nul``) and every NaN or
+    infinity made null (as JavaScript's JSON.stringify writes them), recursively."""
     if isinstance(value, str):
         return strip_nul(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     if isinstance(value, list | tuple):
         return [jsonb_safe(v) for v in value]
     if isinstance(value, dict):
