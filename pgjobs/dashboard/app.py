@@ -33,6 +33,8 @@ from pgjobs.models import FlowFilter, JobFilter, SubState
 
 TenantResolver = Callable[[Request], "str | Awaitable[str | None] | None"]
 PAGE = 50
+REFRESH_CHOICES = ("5", "30")
+"""Auto-refresh periods (seconds) a page may be asked for with ?refresh=N."""
 MAX_PAGE = 100_000
 """Beyond this page a listing answers 400 (an offset PostgreSQL would scan for nothing)."""
 CSRF_COOKIE = "pgjobs_csrf"
@@ -107,6 +109,14 @@ def _bars(
     )
 
 
+def _refresh_query(request: Request, period: int | None) -> str:
+    """This page's query with another auto-refresh period (None: off); banners dropped."""
+    kept = {k: v for k, v in request.query_params.items() if k not in ("refresh", "message", "sig")}
+    if period:
+        kept["refresh"] = str(period)
+    return urlencode(kept)
+
+
 def _line(start: graph.Placed, end: graph.Placed, edge: Any) -> dict[str, Any]:
     return {
         "x1": start.x + graph.NODE_W,
@@ -154,6 +164,8 @@ class Dashboard:
         self, request: Request, name: str, status: int = 200, **context: Any
     ) -> Response:
         token = request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(32)
+        refresh = request.query_params.get("refresh")
+        context.setdefault("refresh", int(refresh) if refresh in REFRESH_CHOICES else None)
         html = ENVIRONMENT.get_template(name + ".html").render(
             root=self.root,
             read_only=self.read_only,
@@ -161,6 +173,7 @@ class Dashboard:
             csrf=token,
             message=self.message_of(request),
             pretty=_pretty,
+            refresh_query=lambda period: _refresh_query(request, period),
             **context,
         )
         response = HTMLResponse(html, status_code=status)
@@ -391,6 +404,13 @@ class Dashboard:
             await self.jobs.pause(queue)
         elif action == "resume":
             await self.jobs.resume(queue)
+        elif action == "retry-failed":  # bull-board's "Retry all": every dead job, due now
+            ids = await self.jobs.requeue_dead(JobFilter(queue=queue))
+            return self.back(
+                request,
+                f"/queues/{queue_path(queue)}",
+                f"queue {queue}: requeued {len(ids)} failed job(s)",
+            )
         else:
             raise HTTPException(404, f"no action {action!r}")
         return self.back(request, "/", f"queue {queue}: {action}d")
@@ -447,7 +467,7 @@ def create_app(
         detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
         html = ENVIRONMENT.get_template("error.html").render(
             root=d.root, read_only=d.read_only, tenant=None, csrf="", message=None,
-            status=status, detail=detail,
+            status=status, detail=detail, refresh=None, refresh_query=lambda period: "",
         )  # fmt: skip
         return HTMLResponse(html, status_code=status)
 

@@ -288,3 +288,29 @@ async def test_a_job_list_shows_the_last_error_and_when_a_pending_job_runs(
     assert waiting_row and re.search(
         r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d</td>\s*<td>", waiting_row.group(0)
     )
+
+
+async def test_retry_all_failed_requeues_every_dead_job_of_the_queue(
+    client: httpx.AsyncClient, jobs: JobQueue, seeded: dict[str, int]
+) -> None:
+    page = await client.get("/queues/mail")
+    assert "Retry all failed" in page.text
+    dead = await jobs.list_jobs(JobFilter(queue="mail", status="dead"))
+    assert dead  # the seeded failure and the flow's failed node
+    done = await client.post("/queues/mail/retry-failed", data={"csrf": csrf_of(page)})
+    assert done.status_code == 303 and f"requeued+{len(dead)}+failed" in done.headers["location"]
+    assert await jobs.list_jobs(JobFilter(queue="mail", status="dead")) == []
+    for job in dead:
+        row = await jobs.get(job.id)
+        assert row is not None and row.status is Status.PENDING
+
+
+async def test_pages_refresh_themselves_when_asked(
+    client: httpx.AsyncClient, seeded: dict[str, int]
+) -> None:
+    still = await client.get("/queues/mail?sub_state=failed")
+    assert 'http-equiv="refresh"' not in still.text
+    assert 'href="?sub_state=failed&amp;refresh=5"' in still.text  # keeps the page's filters
+    live = await client.get("/queues/mail?sub_state=failed&refresh=5")
+    assert '<meta http-equiv="refresh" content="5">' in live.text
+    assert '<meta http-equiv="refresh"' not in (await client.get("/?refresh=1")).text
