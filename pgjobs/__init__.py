@@ -12,7 +12,7 @@ from pgjobs.backoff import Backoff
 from pgjobs.client import JobQueue
 from pgjobs.config import DEFAULT_SCHEMA, dsn_from_env, validate_schema
 from pgjobs.context import JobContext
-from pgjobs.enqueue import JobSpec
+from pgjobs.enqueue import EnqueueOptions, JobSpec
 from pgjobs.errors import (
     DedupRaceError,
     DuplicateKind,
@@ -65,7 +65,7 @@ from pgjobs.retrying import retry_delay
 from pgjobs.schedules import Schedule, Scheduler
 from pgjobs.tracking import Granularity, JobOrder
 from pgjobs.validation import text as validate_text
-from pgjobs.worker import Worker, WorkerStats
+from pgjobs.worker import Worker, WorkerOptions, WorkerStats
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -77,6 +77,7 @@ __all__ = [
     "Durability",
     "EdgePolicy",
     "EdgeState",
+    "EnqueueOptions",
     "EnqueueResult",
     "EventStream",
     "Fatal",
@@ -130,6 +131,7 @@ __all__ = [
     "WaitForPrerequisites",
     "Worker",
     "WorkerInfo",
+    "WorkerOptions",
     "WorkerStats",
     "create_pool",
     "dsn_from_env",

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 import asyncpg
 
 from pgjobs import events, imports, migrate, validation
 from pgjobs.config import DEFAULT_SCHEMA, dsn_from_env, notify_channel
 from pgjobs.context import JobContext, read_prerequisites
-from pgjobs.enqueue import JobSpec, insert_many, insert_one, prepare
+from pgjobs.enqueue import EnqueueOptions, JobSpec, insert_many, insert_one, prepare
 from pgjobs.errors import InvalidOption
 from pgjobs.events import EventStream
 from pgjobs.executor import Connection, Database
@@ -39,7 +39,7 @@ from pgjobs.ops import Operations, RunningPolicy
 from pgjobs.queues import QueueControl, QueueSettings
 from pgjobs.schedules import Schedule, Scheduler, Schedules
 from pgjobs.tracking import Granularity, JobOrder, Tracking, job_row
-from pgjobs.worker import Worker
+from pgjobs.worker import Worker, WorkerOptions
 
 
 class JobQueue:
@@ -143,7 +143,7 @@ class JobQueue:
         *,
         connection: Connection | None = None,
         durability: Durability | str | None = None,
-        **options: Any,
+        **options: Unpack[EnqueueOptions],
     ) -> EnqueueResult:
         """Validate and enqueue one job; return its id.
 
@@ -247,7 +247,7 @@ class JobQueue:
         commit = self._commit(durability)
         return [JobContext(self.db, row, float(lease), commit) for row in ordered]
 
-    def worker(self, **options: Any) -> Worker:
+    def worker(self, **options: Unpack[WorkerOptions]) -> Worker:
         """A Worker for this queue's registry; see Worker for the options (``durability``
         defaults to the queue's)."""
         options.setdefault("durability", self.durability)

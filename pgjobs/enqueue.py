@@ -10,7 +10,7 @@ import functools
 import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from pgjobs import jsonvalue, validation
 from pgjobs.backoff import Backoff
@@ -57,6 +57,32 @@ class JobSpec:
     """With ``dedup_ttl``: a dropped duplicate restarts the hold."""
     dedup_replace: bool = False
     """With ``dedup_ttl``: a duplicate replaces the holder while it is still delayed (debounce)."""
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The per-job options of ``JobQueue.enqueue`` (JobSpec's fields but kind and input), so
+    that a type checker catches a misspelt one."""
+
+    queue: str | None
+    priority: int | None
+    run_at: datetime | None
+    delay: float | timedelta | None
+    max_attempts: int | None
+    backoff: Any
+    max_deferrals: int | None
+    name: str | None
+    dedup_key: str | None
+    group_key: str | None
+    tenant: str | None
+    metadata: Any
+    job_key: str | None
+    keep_completed: Keep | None
+    keep_dead: Keep | None
+    events: bool
+    lifo: bool
+    dedup_ttl: float | timedelta | None
+    dedup_extend: bool
+    dedup_replace: bool
 
 
 @dataclass(frozen=True, slots=True)

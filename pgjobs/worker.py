@@ -14,7 +14,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import asyncpg
 
@@ -50,6 +50,26 @@ refused: the job had been taken over)."""
 
 EventListener = Callable[[WorkerEvent, JobContext, dict[str, Any]], Any]
 RescueListener = Callable[[list[asyncpg.Record]], Any]
+
+
+class WorkerOptions(TypedDict, total=False):
+    """The options of ``JobQueue.worker`` (Worker's keyword arguments), so that a type checker
+    catches a misspelt one."""
+
+    queues: list[str] | None
+    concurrency: int
+    lease: float
+    heartbeat_interval: float | None
+    rescue_interval: float | None
+    poll_interval: float
+    shutdown_timeout: float
+    on_event: EventListener | None
+    claim_ahead: int | None
+    on_rescue: RescueListener | None
+    name: str | None
+    durability: Durability | str
+
+
 """Called with the jobs a rescue of this worker put back or failed: id, status (``pending``
 or ``dead``), queue, job_key."""
 

@@ -106,7 +106,7 @@ async def test_replaced_data_wins_over_the_exact_copy_of_the_old(opts: dict[str,
 async def test_update_data_jsonb_cannot_hold_names_the_data(opts: dict[str, Any]) -> None:
     queue = Queue("exact-update-refused", opts)
     added = await queue.add("x", {"s": "plain"})
-    with pytest.raises(InvalidOption, match="'data'.*updateData cannot store it"):
+    with pytest.raises(InvalidOption, match=r"'data'.*updateData cannot store it"):
         await added.updateData({"s": "a\x00b"})
     found = await queue.getJob(added.id)
     assert found is not None and found.data == {"s": "plain"}  # nothing half-written
