@@ -8,7 +8,6 @@ from LISTEN (the worker sets ``wake``) with a slow poll as the safety net.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Protocol
@@ -84,6 +83,10 @@ class Claimer:
         self.handler_seconds: float | None = None
         """Moving average of handler run times (None until one has run)."""
         self.wake = asyncio.Event()
+        self.notified = False
+        """Set once a notification has reached this worker (LISTEN works)."""
+        self._found_by_polling = 0
+        self._warned_about_listen = False
 
     def record_run(self, seconds: float) -> None:
         average = self.handler_seconds
@@ -108,10 +111,28 @@ class Claimer:
         assert row is not None
         return IdleState(row["until_due"], bool(row["capped"]), bool(row["busy"]))
 
+    def _check_listen(self, rows: list[asyncpg.Record]) -> None:
+        """Jobs due at once (run_at = created_at) found by a poll, while no notification has
+        ever arrived: LISTEN is not working (a transaction-mode pooler such as pgbouncer drops
+        it). Warn once, after three such finds, since latency is now the poll interval."""
+        if self.notified or self._warned_about_listen:
+            return
+        if any(r["run_at"] <= r["created_at"] for r in rows):
+            self._found_by_polling += 1
+        if self._found_by_polling >= 3:
+            self._warned_about_listen = True
+            logger.warning(
+                "new jobs are reaching this worker only by polling (every %.1fs): no LISTEN "
+                "notification has arrived. Behind a transaction-mode pooler (pgbouncer), "
+                "connect workers to PostgreSQL directly or through a session-mode pool",
+                self.poll_interval,
+            )
+
     async def run(self, slots: Slots, stopping: asyncio.Event, *, until_drained: bool) -> None:
         """Claim whenever slots are free and work may be due, until ``stopping`` (or, with
         ``until_drained``, until nothing of these queues is running or claimable)."""
         failures = 0
+        polled = False  # this claim follows a wait that ended by timeout, not by a wake-up
         while not stopping.is_set():
             self.wake.clear()
             if slots.paused:
@@ -145,9 +166,14 @@ class Claimer:
                 sleep = retry_delay(failures)
                 logger.exception("claim failed unexpectedly; retrying in %.1fs", sleep)
                 rows = []
+            if polled:
+                self._check_listen(rows)
             slots.take(rows)
+            polled = False
             if len(rows) >= free:
                 continue
             if slots.running() or sleep > 0:
-                with contextlib.suppress(TimeoutError):
+                try:
                     await asyncio.wait_for(self.wake.wait(), timeout=sleep if sleep > 0 else None)
+                except TimeoutError:
+                    polled = True

@@ -329,6 +329,8 @@ class Worker:
     # -- slots (the claimer's side of the worker) -------------------------------------------
 
     def _on_notify(self, queue: str | None) -> None:
+        if queue is not None:  # None: the LISTEN connection came back, no notification
+            self._claimer.notified = True
         if queue is None or queue in self.queues:
             self._claimer.wake.set()
 
