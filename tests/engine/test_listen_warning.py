@@ -45,34 +45,34 @@ async def _completed(jobs: JobQueue, job_id: int) -> bool:
     return row is not None and row.status is Status.COMPLETED
 
 
-async def test_jobs_found_only_by_polling_raise_one_warning(
-    jobs: JobQueue, quiet: Registry, caplog: pytest.LogCaptureFixture
-) -> None:
+async def _warnings_after(
+    jobs: JobQueue, caplog: pytest.LogCaptureFixture, *, announce: bool
+) -> list[str]:
+    """Run a polling worker through five unannounced jobs (after one announced job, with
+    ``announce``); the LISTEN warnings it logged."""
     caplog.set_level(logging.WARNING, logger="pgjobs.worker")
     worker = jobs.worker(queues=["quiet"], poll_interval=0.05)
     running = asyncio.create_task(worker.run())
     await eventually(lambda: _listening(jobs))
+    if announce:  # an ordinary enqueue: its notification shows that LISTEN works
+        first = await jobs.enqueue("tick", {})
+        await eventually(lambda: _completed(jobs, first.id))
     for _ in range(5):
         job_id = await _unannounced_job(jobs)
         await eventually(lambda job_id=job_id: _completed(jobs, job_id))
     await worker.stop()
     await running
-    warnings = [r for r in caplog.records if WARNING in r.getMessage()]
-    assert len(warnings) == 1 and "pgbouncer" in warnings[0].getMessage()
+    return [r.getMessage() for r in caplog.records if WARNING in r.getMessage()]
+
+
+async def test_jobs_found_only_by_polling_raise_one_warning(
+    jobs: JobQueue, quiet: Registry, caplog: pytest.LogCaptureFixture
+) -> None:
+    warnings = await _warnings_after(jobs, caplog, announce=False)
+    assert len(warnings) == 1 and "pgbouncer" in warnings[0]
 
 
 async def test_a_worker_that_hears_notifications_never_warns(
     jobs: JobQueue, quiet: Registry, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="pgjobs.worker")
-    worker = jobs.worker(queues=["quiet"], poll_interval=0.05)
-    running = asyncio.create_task(worker.run())
-    await eventually(lambda: _listening(jobs))
-    first = await jobs.enqueue("tick", {})  # announced: LISTEN is shown to work
-    await eventually(lambda: _completed(jobs, first.id))
-    for _ in range(5):
-        job_id = await _unannounced_job(jobs)
-        await eventually(lambda job_id=job_id: _completed(jobs, job_id))
-    await worker.stop()
-    await running
-    assert not [r for r in caplog.records if WARNING in r.getMessage()]
+    assert await _warnings_after(jobs, caplog, announce=True) == []
