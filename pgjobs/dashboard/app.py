@@ -39,6 +39,14 @@ MAX_PAGE = 100_000
 """Beyond this page a listing answers 400 (an offset PostgreSQL would scan for nothing)."""
 CSRF_COOKIE = "pgjobs_csrf"
 SUB_STATES = [s.value for s in SubState]
+BULLMQ_STATES = {
+    "waiting": "ready",
+    "wait": "ready",
+    "prioritized": "ready",
+    "waiting-children": "waiting_children",
+}
+"""BullMQ's state names a facade user may filter by (?sub_state=waiting), as the engine's
+sub-states; delayed, active, completed and failed are spelt the same."""
 OUTCOMES = ["running", "failed", "completed_with_failures", "completed"]
 EDGE_COLOURS = {"block": "#888", "cascade": "#d05050", "ignore": "#5080d0", "continue": "#50a050"}
 
@@ -257,6 +265,7 @@ class Dashboard:
         filters: dict[str, Any] = {
             k: q.get(k) or None for k in ("sub_state", "kind", "name_prefix", "dedup_key")
         }
+        filters["sub_state"] = BULLMQ_STATES.get(filters["sub_state"], filters["sub_state"])
         if filters["sub_state"] and filters["sub_state"] not in SUB_STATES:
             raise HTTPException(400, f"unknown sub_state {filters['sub_state']!r}")
         where = JobFilter(queue=queue, tenant=tenant, **filters)

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+import bullmq_compat
 from pgjobs import JobFilter, JobQueue, Status
 from pgjobs.dashboard import create_app
 
@@ -314,3 +315,21 @@ async def test_pages_refresh_themselves_when_asked(
     live = await client.get("/queues/mail?sub_state=failed&refresh=5")
     assert '<meta http-equiv="refresh" content="5">' in live.text
     assert '<meta http-equiv="refresh"' not in (await client.get("/?refresh=1")).text
+
+
+async def test_a_facade_job_is_shown_in_bullmq_words(jobs: JobQueue) -> None:
+    queue = bullmq_compat.Queue("shop", {"connection": jobs})
+    job = await queue.add("order", {"n": 1}, {"jobId": "order-7", "priority": 3, "delay": 60_000})
+    plain = await queue.add("note", {"n": 2})
+    async with client_for(jobs) as client:
+        page = (await client.get(f"/jobs/{job.engine_id}")).text
+        bullmq_row = re.search(r'<tr id="bullmq">.*?</tr>', page, re.S)
+        assert bullmq_row is not None
+        assert "job id <strong>order-7</strong>" in bullmq_row.group(0)
+        assert "state delayed" in bullmq_row.group(0) and "priority 3" in bullmq_row.group(0)
+        assert "&#34;jobId&#34;: &#34;order-7&#34;" in page  # its opts, escaped
+        waiting = await client.get("/queues/bull:shop?sub_state=waiting")
+        assert waiting.status_code == 200 and f'data-job="{plain.engine_id}"' in waiting.text
+        native = await client.get("/queues/mail?sub_state=waiting-children")
+        assert native.status_code == 200
+    await queue.close()
