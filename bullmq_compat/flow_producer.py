@@ -81,15 +81,13 @@ class FlowProducer:
         queues_options = (opts or {}).get("queuesOptions", {})
         if len(flows) == 1 and not (flows[0].get("opts") or {}).get("parent"):
             # One tree with no parent to look up: its submission is atomic by itself.
-            graph = pgjobs.Flow(flows[0].get("name"))
-            self._build(graph, flows[0], "root", None, queues_options)
+            graph = self._graph(flows[0], queues_options)
             submitted = await jobs.submit_flow(graph, durability=self.durability)
             return [self._result(flows[0], "root", submitted.job_ids)]
         results = []
         async with jobs.transaction() as conn:  # every tree, or none
             for tree in flows:
-                graph = pgjobs.Flow(tree.get("name"))
-                self._build(graph, tree, "root", None, queues_options)
+                graph = self._graph(tree, queues_options)
                 parent = await self._parent_of(jobs, tree)
                 if parent is False:
                     if not lenient:
@@ -122,6 +120,11 @@ class FlowProducer:
         name = str(parent["queue"]).rsplit(":", 1)[-1]
         found = await self._queue(name).engine_id_of(jobs, str(parent["queue"]), str(parent["id"]))
         return False if found is None else found
+
+    def _graph(self, tree: dict[str, Any], queues_options: dict[str, Any]) -> pgjobs.Flow:
+        graph = pgjobs.Flow(tree.get("name"))
+        self._build(graph, tree, "root", None, queues_options)
+        return graph
 
     def _build(
         self,

@@ -47,7 +47,11 @@ class Ledger:
         """Every migrated job of one queue, by BullMQ id."""
         return {r.source_id: r for r in await self.jobs.imports_of(source(prefix, queue))}
 
-    async def engine_id(self, prefix: str, queue: str, job_id: str) -> int | None:
-        found = await self.jobs.imported([(source(prefix, queue), job_id)])
-        record = found.get((source(prefix, queue), job_id))
-        return None if record is None else record.job_id
+    async def engine_ids(self, refs: Sequence[JobRef]) -> dict[JobRef, int]:
+        """The engine ids of those of ``refs`` already migrated, in one read."""
+        keys = {
+            (source(prefix, queue), job_id): (prefix, queue, job_id)
+            for prefix, queue, job_id in refs
+        }
+        found = await self.jobs.imported(list(keys))
+        return {keys[key]: record.job_id for key, record in found.items()}

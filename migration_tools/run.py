@@ -348,14 +348,21 @@ async def _write(
             if result is not None:
                 await result
     progress.close()
+    # The engine ids of every schedule's pending iteration and every hold's job: one read.
+    wanted = [
+        (s.pending[0].prefix, s.pending[0].name, s.pending[1])
+        for s in plan.schedules
+        if s.pending is not None
+    ] + [h.job for h in plan.holds if h.job is not None]
+    engine_ids = await ledger.engine_ids(wanted)
     for schedule in plan.schedules:
         pending = None
         if schedule.pending is not None:
             ref, bullmq_id = schedule.pending
-            pending = await ledger.engine_id(ref.prefix, ref.name, bullmq_id)
+            pending = engine_ids.get((ref.prefix, ref.name, bullmq_id))
         await jobs.upsert_schedule(**schedule.arguments, pending_job_id=pending)
     for hold in plan.holds:
-        job_id = None if hold.job is None else await ledger.engine_id(*hold.job)
+        job_id = None if hold.job is None else engine_ids.get(hold.job)
         await jobs.hold_dedup_key(hold.queue, hold.key, hold.until, job_id=job_id)
     for setting in plan.settings:
         if setting.paused:
