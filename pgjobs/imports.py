@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 from pgjobs import jsonvalue
 from pgjobs.config import notify_channel
-from pgjobs.enqueue import JobSpec, PreparedJob, prepare
-from pgjobs.errors import InvalidFlow, InvalidOption
+from pgjobs.enqueue import MAX_DEDUP_ROUNDS, JobSpec, PreparedJob, prepare
+from pgjobs.errors import DedupRaceError, InvalidFlow, InvalidOption
 from pgjobs.executor import Connection, Database
 from pgjobs.flows import EdgePolicy
 from pgjobs.kinds import Registry
@@ -155,8 +155,7 @@ async def import_jobs(
             _row(p, job, flow_id if index in in_flow else None)
             for index, (p, job) in enumerate(prepared)
         ]
-        records = await db.fetch("import_jobs", *zip(*rows, strict=True), conn=conn)
-        results = [EnqueueResult(r["id"], duplicate=not r["inserted"]) for r in records]
+        results = await _import_rows(db, rows, conn)
         ids = {handle: results[index].id for handle, index in handles.items()}
 
         def resolve(end: str | int) -> int:
@@ -194,6 +193,30 @@ async def import_jobs(
         return results
 
     return await db.in_transaction(write, conn)
+
+
+async def _import_rows(
+    db: Database, rows: list[tuple[Any, ...]], conn: Connection
+) -> list[EnqueueResult]:
+    """One import_jobs statement, then again for the rows it could not place. A row whose key
+    a concurrent transaction took waits for it, does nothing, and then looks for the holder in
+    the statement's snapshot, taken before that commit: it finds none. The next statement's
+    snapshot sees the holder (or, if the holder of a dedup key finished meanwhile, inserts)."""
+    results: list[EnqueueResult | None] = [None] * len(rows)
+    todo = list(range(len(rows)))
+    for _ in range(MAX_DEDUP_ROUNDS):
+        batch = [rows[i] for i in todo]
+        records = await db.fetch("import_jobs", *zip(*batch, strict=True), conn=conn)
+        for index, record in zip(todo, records, strict=True):
+            if record["id"] is not None:
+                results[index] = EnqueueResult(record["id"], duplicate=not record["inserted"])
+        todo = [i for i in todo if results[i] is None]
+        if not todo:
+            return [r for r in results if r is not None]
+    first = rows[todo[0]]
+    raise DedupRaceError(
+        first[0], first[13] or first[9] or "", MAX_DEDUP_ROUNDS
+    )  # job or dedup key
 
 
 def _row(p: PreparedJob, job: ImportedJob, flow_id: int | None) -> tuple[Any, ...]:

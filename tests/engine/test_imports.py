@@ -20,6 +20,7 @@ from pgjobs import (
     Registry,
     Status,
 )
+from tests.interleave import overlap
 
 
 @pytest.fixture
@@ -138,3 +139,32 @@ async def test_the_import_ledger_records_only_what_its_transaction_committed(
     }
     assert await jobs.imports_of("other:q") == [record]
     assert await jobs.imports_of("else") == []
+
+
+async def test_two_imports_of_one_job_overlapping_write_it_and_record_it_once(
+    jobs: JobQueue, ran: list[Any]
+) -> None:
+    """Two migration runs take the same BullMQ job at once. The second's insert waits on the
+    first's job key; when it resumes, its statement's snapshot predates the first commit, yet
+    it must report the job the first wrote (not a missing id), and the ledger keeps one
+    record."""
+
+    def run(tag: str) -> Any:
+        async def write(conn: Any) -> int:
+            [result] = await jobs.import_jobs(
+                [ImportedJob(JobSpec("any", {"n": 1}, job_key="bull-7"))], connection=conn
+            )
+            await jobs.record_imports(
+                [ImportRecord("bullmq:bull:q", "7", result.id, tag, "sum")], connection=conn
+            )
+            return result.id
+
+        return write
+
+    first_id, second_id, waited = await overlap(jobs.pool, run("first"), run("second"))
+    assert waited  # the second insert waited on the first's job key
+    assert second_id == first_id
+    assert len(await jobs.list_jobs()) == 1
+    assert [(r.job_id, r.state) for r in await jobs.imports_of("bullmq:bull:q")] == [
+        (first_id, "first")
+    ]
