@@ -104,8 +104,10 @@ class Worker(EventEmitter):
         self.connection = EngineConnection(self.opts)
         self._queue = Queue(name, self.opts, connection=self.connection)
         self._wants_signal = _wants_signal(processor)
-        self._jobs: dict[int, Job] = {}  # running, by engine id
-        self._controllers: dict[int, AbortController] = {}
+        # Running jobs by their claim's lock token, not the engine id: a retry may be claimed
+        # again (and start) before the event of its previous attempt's outcome arrives.
+        self._jobs: dict[Any, Job] = {}
+        self._controllers: dict[Any, AbortController] = {}
         self._engine_worker: pgjobs.Worker | None = None
         self._scheduler: pgjobs.Scheduler | None = None
         self._started = asyncio.Event()
@@ -188,7 +190,7 @@ class Worker(EventEmitter):
 
     async def _handle(self, ctx: JobContext, data: Any) -> Any:
         job = self._job_for(ctx, data)
-        self._jobs[ctx.id] = job
+        self._jobs[ctx.lock_token] = job
         self.emit("active", job, "waiting")
         assert self.processor is not None
         try:
@@ -197,7 +199,7 @@ class Worker(EventEmitter):
                 # parent fails unrun, as BullMQ's worker fails it.
                 raise UnrecoverableError(job.deferredFailure)
             if self._wants_signal:
-                controller = self._controllers[ctx.id] = AbortController(ctx)
+                controller = self._controllers[ctx.lock_token] = AbortController(ctx)
                 result = await self.processor(job, job.token, controller.signal)
             else:
                 result = await self.processor(job, job.token)
@@ -215,13 +217,13 @@ class Worker(EventEmitter):
             job.record_failure(exc)
             raise job.engine_failure(exc) from exc
         finally:
-            self._controllers.pop(ctx.id, None)
+            self._controllers.pop(ctx.lock_token, None)
             await job.flush_logs()
 
     def _on_engine_event(self, event: str, ctx: JobContext, detail: dict[str, Any]) -> None:
         if event == "active":
             return
-        job = self._jobs.pop(ctx.id, None)
+        job = self._jobs.pop(ctx.lock_token, None)
         if job is None:
             return
         job.finishedOn = int(time.time() * 1000)
@@ -246,9 +248,9 @@ class Worker(EventEmitter):
         """Abort the signal of job ``job_id`` if this worker is running it and its processor
         takes one; the processor decides what the job becomes (raising ``AbortError`` fails
         the attempt). False otherwise."""
-        for engine_id, job in list(self._jobs.items()):
-            if job.id == str(job_id) and engine_id in self._controllers:
-                self._controllers[engine_id].abort(reason)
+        for token, job in list(self._jobs.items()):
+            if job.id == str(job_id) and token in self._controllers:
+                self._controllers[token].abort(reason)
                 return True
         return False
 

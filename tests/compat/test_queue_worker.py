@@ -107,6 +107,49 @@ async def test_attempts_made_counts_finished_attempts(opts: dict) -> None:
     await queue.close()
 
 
+async def test_a_retry_started_before_its_last_failure_was_told_keeps_both_events(
+    opts: dict,
+) -> None:
+    """A retry can be claimed again (and start) before the worker hears that the previous
+    attempt's failure was written. Each attempt's ``failed`` still reaches the listener with
+    that attempt's job: the late event of attempt 1 must not take attempt 2's job."""
+    queue = Queue("late-event", opts)
+    await queue.add("flaky", {}, {"attempts": 2})
+    second_started = asyncio.Event()
+    failed: list[tuple[int, str]] = []
+    done = asyncio.Event()
+
+    async def process(job, token):
+        if job.attemptsMade == 1:
+            second_started.set()
+        raise ValueError(f"try {job.attemptsMade}")
+
+    worker = Worker("late-event", process, opts)
+    told = worker._on_engine_event  # the engine's outcome events, in the order it writes them
+
+    def told_late(event, ctx, detail):
+        if event == "retrying":  # hold attempt 1's event until attempt 2 is running
+
+            async def later():
+                await second_started.wait()
+                told(event, ctx, detail)
+
+            return later()
+        return told(event, ctx, detail)
+
+    worker._on_engine_event = told_late  # type: ignore[method-assign]
+
+    def on_failed(job, err):
+        failed.append((job.attemptsMade, str(err)))
+        if len(failed) == 2:
+            done.set()
+
+    worker.on("failed", on_failed)
+    await run_until(worker, done)
+    assert sorted(failed) == [(1, "try 0"), (2, "try 1")]
+    await queue.close()
+
+
 async def test_unrecoverable_error_fails_at_once(opts: dict) -> None:
     queue = Queue("fatal", opts)
     added = await queue.add("doomed", {}, {"attempts": 5})
