@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -131,6 +132,14 @@ class Queue:
 
     # -- adding ----------------------------------------------------------------------------
 
+    def _plain(self, name: str) -> dict[str, Any]:
+        """The engine options of a job without options (the common case), once per name."""
+        options = self._plain_options.get(name)
+        if options is None:
+            options = enqueue_options(name, {}, self.prefix, self.name, events=self._record_events)
+            self._plain_options[name] = options
+        return options
+
     def _spec(
         self, name: str, data: Any, opts: dict[str, Any] | None
     ) -> tuple[JobSpec, dict[str, Any]]:
@@ -139,10 +148,8 @@ class Queue:
             options = enqueue_options(
                 name, merged, self.prefix, self.name, events=self._record_events
             )
-        else:  # no options at all (the common bulk case): computed once per job name
-            options = self._plain_options.get(name) or self._plain_options.setdefault(
-                name, enqueue_options(name, {}, self.prefix, self.name, events=self._record_events)
-            )
+        else:
+            options = self._plain(name)
         payload, raw = stored_data(data)
         if raw is not None:  # a copy: the options above may be shared
             options = {
@@ -154,14 +161,27 @@ class Queue:
     async def _enqueue(
         self, specs: list[JobSpec], connection: Any, *, idempotent: bool
     ) -> list[pgjobs.EnqueueResult]:
-        """Enqueue ``specs`` (in ``connection``'s transaction, if given), retrying through a
-        short connection loss for up to ``ADD_RETRY_SECONDS``: always while no connection could
-        be had (nothing reached the server), and after a failure mid-statement only when
-        ``idempotent`` (every job has a jobId, so a retry finds what a lost reply created)."""
+        """Enqueue ``specs`` (in ``connection``'s transaction, if given), as ``_write`` says."""
+
+        async def write(jobs: pgjobs.JobQueue, conn: Any) -> list[pgjobs.EnqueueResult]:
+            return await jobs.enqueue_many(specs, connection=conn, durability=self.durability)
+
+        return await self._write(write, connection, idempotent=idempotent)
+
+    async def _write(
+        self,
+        write: Callable[[pgjobs.JobQueue, Any], Awaitable[list[pgjobs.EnqueueResult]]],
+        connection: Any,
+        *,
+        idempotent: bool,
+    ) -> list[pgjobs.EnqueueResult]:
+        """Run ``write`` on ``connection`` (the caller's transaction) or on a pool connection,
+        retrying through a short connection loss for up to ``ADD_RETRY_SECONDS``: always while
+        no connection could be had (nothing reached the server), and after a failure
+        mid-statement only when ``idempotent`` (every job has a jobId, so a retry finds what a
+        lost reply created)."""
         if connection is not None:
-            return await (await self.engine()).enqueue_many(
-                specs, connection=connection, durability=self.durability
-            )
+            return await write(await self.engine(), connection)
         deadline = time.monotonic() + ADD_RETRY_SECONDS
         failures = 0
         while True:
@@ -170,9 +190,7 @@ class Queue:
                 jobs = await self.engine()
                 async with jobs.pool.acquire() as conn:
                     sent = True
-                    return await jobs.enqueue_many(
-                        specs, connection=conn, durability=self.durability
-                    )
+                    return await write(jobs, conn)
             except pgjobs.TRANSIENT_ERRORS as exc:
                 failures += 1
                 if (sent and not idempotent) or time.monotonic() >= deadline:
@@ -207,6 +225,10 @@ class Queue:
 
     async def addBulk(self, jobs: list[dict[str, Any]], *, connection: Any = None) -> list[Job]:
         """Add many jobs in one statement (all or nothing); ``connection`` as for ``add``."""
+        if jobs and not self.jobsOpts and not any(j.get("opts") for j in jobs):
+            added = await self._add_plain_bulk(jobs, connection)
+            if added is not None:
+                return added
         specs = [self._spec(j["name"], j.get("data"), j.get("opts")) for j in jobs]
         engine = await self.engine()
         if any(merged.get("parent") for _, merged in specs):
@@ -229,6 +251,36 @@ class Queue:
         return [
             self.added(j["name"], j.get("data"), merged, result.id, holder)
             for j, (_, merged), result, holder in zip(jobs, specs, results, holders, strict=True)
+        ]
+
+    async def _add_plain_bulk(
+        self, jobs: list[dict[str, Any]], connection: Any
+    ) -> list[Job] | None:
+        """Jobs without options (the common bulk): one engine batch sharing the options, each
+        job with its own name and data. None when a job's data needs its exact JSON kept
+        beside it (then each job goes with its own options)."""
+        names = [j["name"] for j in jobs]
+        if not all(isinstance(name, str) for name in names):
+            return None  # the general path names the bad one
+        payloads = []
+        for j in jobs:
+            payload, raw = stored_data(j.get("data"))
+            if raw is not None:
+                return None
+            payloads.append(payload)
+        shared = {k: v for k, v in self._plain(names[0]).items() if k != "name"}
+        for name in set(names):
+            self._plain(name)  # each name is checked as BullMQ checks it
+
+        async def write(engine: pgjobs.JobQueue, conn: Any) -> list[pgjobs.EnqueueResult]:
+            return await engine.enqueue_batch(
+                KIND, payloads, names=names, connection=conn, durability=self.durability, **shared
+            )
+
+        results = await self._write(write, connection, idempotent=False)
+        return [
+            self.added(j["name"], j.get("data"), {}, result.id)
+            for j, result in zip(jobs, results, strict=True)
         ]
 
     async def _add_child(

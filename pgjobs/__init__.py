@@ -12,7 +12,7 @@ from pgjobs.backoff import Backoff
 from pgjobs.client import JobQueue
 from pgjobs.config import DEFAULT_SCHEMA, dsn_from_env, validate_schema
 from pgjobs.context import JobContext
-from pgjobs.enqueue import EnqueueOptions, JobSpec
+from pgjobs.enqueue import BatchOptions, EnqueueOptions, JobSpec
 from pgjobs.errors import (
     DedupRaceError,
     DuplicateKind,
@@ -71,6 +71,7 @@ __all__ = [
     "DEFAULT_SCHEMA",
     "TRANSIENT_ERRORS",
     "Backoff",
+    "BatchOptions",
     "DedupRaceError",
     "Delayed",
     "DuplicateKind",

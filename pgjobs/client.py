@@ -12,7 +12,17 @@ import asyncpg
 from pgjobs import events, imports, migrate, validation
 from pgjobs.config import DEFAULT_SCHEMA, dsn_from_env, notify_channel
 from pgjobs.context import JobContext, read_prerequisites
-from pgjobs.enqueue import EnqueueOptions, JobSpec, insert_many, insert_one, prepare
+from pgjobs.enqueue import (
+    BatchOptions,
+    EnqueueOptions,
+    JobSpec,
+    PreparedBatch,
+    insert_batch,
+    insert_many,
+    insert_one,
+    prepare,
+    prepare_batch,
+)
 from pgjobs.errors import InvalidOption
 from pgjobs.events import EventStream
 from pgjobs.executor import Connection, Database
@@ -175,6 +185,33 @@ class JobQueue:
         """
         commit = self._commit(durability)
         prepared = [prepare(spec, self.registry) for spec in specs]
+        return await insert_many(self.db, prepared, connection, commit)
+
+    async def enqueue_batch(
+        self,
+        kind: str | Kind[Any],
+        inputs: Iterable[Any],
+        *,
+        names: Iterable[str] | None = None,
+        connection: Connection | None = None,
+        durability: Durability | str | None = None,
+        **options: Unpack[BatchOptions],
+    ) -> list[EnqueueResult]:
+        """Enqueue one job of ``kind`` per input, all with the same ``options``, in one
+        statement; results in input order. The fastest bulk path: the options are validated
+        once and bound once, not per job. ``names``: one job name per input (default: the
+        kind's). Options that name one job (``job_key``, ``dedup_key``, ``lifo``...) are
+        refused: use ``enqueue_many``. If any input is invalid, nothing is written;
+        ``connection`` and ``durability`` as for ``enqueue``."""
+        commit = self._commit(durability)
+        values = list(inputs)
+        if not values:
+            return []
+        prepared = prepare_batch(
+            kind, values, None if names is None else list(names), dict(options), self.registry
+        )
+        if isinstance(prepared, PreparedBatch):
+            return await insert_batch(self.db, prepared, connection, commit)
         return await insert_many(self.db, prepared, connection, commit)
 
     # -- reads -----------------------------------------------------------------------------

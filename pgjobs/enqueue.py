@@ -25,9 +25,12 @@ from pgjobs.models import EnqueueResult, Keep
 MAX_DEDUP_ROUNDS = 5
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class JobSpec:
-    """One job to enqueue: its kind, its input, and per-job overrides of the kind's defaults."""
+    """One job to enqueue: its kind, its input, and per-job overrides of the kind's defaults.
+
+    (Not frozen: a frozen dataclass of this many fields costs microseconds per job to build,
+    which a bulk enqueue of thousands pays; nothing here mutates a spec it is given.)"""
 
     kind: str | Kind[Any]
     input: Any
@@ -59,9 +62,9 @@ class JobSpec:
     """With ``dedup_ttl``: a duplicate replaces the holder while it is still delayed (debounce)."""
 
 
-class EnqueueOptions(TypedDict, total=False):
-    """The per-job options of ``JobQueue.enqueue`` (JobSpec's fields but kind and input), so
-    that a type checker catches a misspelt one."""
+class BatchOptions(TypedDict, total=False):
+    """The options ``JobQueue.enqueue_batch`` applies to every job of a batch: those of
+    ``EnqueueOptions`` that do not name one job."""
 
     queue: str | None
     priority: int | None
@@ -70,19 +73,28 @@ class EnqueueOptions(TypedDict, total=False):
     max_attempts: int | None
     backoff: Any
     max_deferrals: int | None
-    name: str | None
-    dedup_key: str | None
     group_key: str | None
     tenant: str | None
     metadata: Any
-    job_key: str | None
     keep_completed: Keep | None
     keep_dead: Keep | None
     events: bool
+
+
+class EnqueueOptions(BatchOptions, total=False):
+    """The per-job options of ``JobQueue.enqueue`` (JobSpec's fields but kind and input), so
+    that a type checker catches a misspelt one."""
+
+    name: str | None
+    dedup_key: str | None
+    job_key: str | None
     lifo: bool
     dedup_ttl: float | timedelta | None
     dedup_extend: bool
     dedup_replace: bool
+
+
+PER_JOB_OPTIONS = tuple(set(EnqueueOptions.__annotations__) - set(BatchOptions.__annotations__))
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +107,7 @@ class DedupHold:
     replace: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PreparedJob:
     """A validated job, as the bind parameters of the insert statements."""
 
@@ -152,6 +164,24 @@ def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
     kind = spec.kind if isinstance(spec.kind, Kind) else registry.get(spec.kind)
     typed = kind.validate(spec.input)
     payload = kind.encode(typed)
+    if _only_kind_and_input(spec):  # the common bulk case: the kind's defaults, computed once
+        return PreparedJob(
+            kind.queue,
+            kind.name,
+            kind.name if kind.job_name is None else _name(kind.label(typed)),
+            payload,
+            kind.priority,
+            None,
+            None,
+            kind.max_attempts,
+            kind.max_deferrals,
+            kind.backoff_json,
+            None,
+            None if kind.group_key is None else validation.text("group_key", kind.group(typed)),
+            None,
+            None,
+            retention=kind.retention_json,
+        )
     if spec.run_at is not None and spec.delay is not None:
         raise InvalidOption("delay", "give either run_at or delay, not both")
     run_at = validation.run_at(spec.run_at)
@@ -165,18 +195,13 @@ def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
             metadata = jsonvalue.dumps(spec.metadata)
         except jsonvalue.NotJson as exc:
             raise InvalidOption("metadata", str(exc)) from None
-    keep_completed = spec.keep_completed or kind.keep_completed
-    keep_dead = spec.keep_dead or kind.keep_dead
-    retention = None
-    if keep_completed is not None or keep_dead is not None:
-        retention = {
-            status: rule
-            for status, rule in (
-                ("completed", validation.keep("keep_completed", keep_completed)),
-                ("dead", validation.keep("keep_dead", keep_dead)),
-            )
-            if rule is not None
-        }
+    if spec.keep_completed is None and spec.keep_dead is None:
+        retention_json = kind.retention_json
+    else:
+        retention = validation.retention(
+            spec.keep_completed or kind.keep_completed, spec.keep_dead or kind.keep_dead
+        )
+        retention_json = None if retention is None else jsonvalue.dumps(retention)
     dedup_key = validation.text("dedup_key", spec.dedup_key)
     hold = _dedup_hold(spec, dedup_key)
     name = spec.name if spec.name is not None else kind.label(typed)
@@ -185,7 +210,7 @@ def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
         # The kind's own settings were validated when it was declared.
         queue=kind.queue if spec.queue is None else validation.queue(spec.queue),
         kind=kind.name,
-        name=validation.text("name", name, optional=False) or "",
+        name=_name(name),
         payload=payload,
         priority=kind.priority if spec.priority is None else validation.priority(spec.priority),
         run_at=run_at,
@@ -200,16 +225,91 @@ def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
             if spec.max_deferrals is None
             else validation.max_deferrals(spec.max_deferrals)
         ),
-        backoff=_backoff_text(spec.backoff if spec.backoff is not None else kind.backoff),
+        backoff=kind.backoff_json if spec.backoff is None else _backoff_text(spec.backoff),
         dedup_key=None if hold is not None else dedup_key,
         group_key=validation.text("group_key", group_key),
         tenant=validation.text("tenant", spec.tenant, max_bytes=256),
         metadata=metadata,
         job_key=validation.text("job_key", spec.job_key),
-        retention=jsonvalue.dumps(retention) if retention else None,
+        retention=retention_json,
         record_events=bool(spec.events),
         hold=hold,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedBatch:
+    """Validated jobs of one kind sharing every column but name and payload (``template``
+    holds the shared ones), written by one enqueue_uniform statement."""
+
+    template: PreparedJob
+    names: list[str]
+    payloads: list[str]
+
+
+def prepare_batch(
+    kind_or_name: str | Kind[Any],
+    inputs: list[Any],
+    names: list[str] | None,
+    options: dict[str, Any],
+    registry: Registry,
+) -> PreparedBatch | list[PreparedJob]:
+    """Validate a batch: the shared options once, each input (and name) on its own; raise
+    naming the option, or the kind and field, at fault. A kind that names or groups jobs from
+    their input gives one PreparedJob per input instead (their columns differ)."""
+    for option in PER_JOB_OPTIONS:
+        if options.get(option):
+            raise InvalidOption(
+                option, "names one job: give each job its own with enqueue_many (JobSpec)"
+            )
+    if names is not None and len(names) != len(inputs):
+        raise InvalidOption(
+            "names", f"must have one name per input ({len(inputs)}), got {len(names)}"
+        )
+    kind = kind_or_name if isinstance(kind_or_name, Kind) else registry.get(kind_or_name)
+    if kind.job_name is not None or (
+        kind.group_key is not None and options.get("group_key") is None
+    ):
+        return [
+            prepare(
+                JobSpec(kind, value, name=None if names is None else names[i], **options), registry
+            )
+            for i, value in enumerate(inputs)
+        ]
+    payloads = [kind.encode(kind.validate(value)) for value in inputs]
+    checked = [kind.name] * len(inputs) if names is None else [_name(name) for name in names]
+    template = prepare(JobSpec(kind, inputs[0], name=checked[0], **options), registry)
+    return PreparedBatch(template, checked, payloads)
+
+
+def _only_kind_and_input(spec: JobSpec) -> bool:
+    """No per-job option is given: every column comes from the kind."""
+    return (
+        spec.queue is None
+        and spec.priority is None
+        and spec.run_at is None
+        and spec.delay is None
+        and spec.max_attempts is None
+        and spec.backoff is None
+        and spec.max_deferrals is None
+        and spec.name is None
+        and spec.dedup_key is None
+        and spec.group_key is None
+        and spec.tenant is None
+        and spec.metadata is None
+        and spec.job_key is None
+        and spec.keep_completed is None
+        and spec.keep_dead is None
+        and not spec.events
+        and not spec.lifo
+        and spec.dedup_ttl is None
+        and not spec.dedup_extend
+        and not spec.dedup_replace
+    )
+
+
+def _name(value: Any) -> str:
+    return validation.text("name", value, optional=False) or ""
 
 
 def _backoff_text(value: Any) -> str:
@@ -262,6 +362,57 @@ def row_args(job: PreparedJob) -> tuple[Any, ...]:
     )
 
 
+def _shared_args(job: PreparedJob) -> tuple[Any, ...]:
+    """The columns enqueue_uniform binds once for a whole batch."""
+    return (
+        job.queue,
+        job.kind,
+        job.priority,
+        job.run_at,
+        job.delay,
+        job.max_attempts,
+        job.max_deferrals,
+        job.backoff,
+        job.group_key,
+        job.tenant,
+        job.metadata,
+        job.retention,
+        job.record_events,
+    )
+
+
+def _uniform(jobs: list[PreparedJob]) -> bool:
+    """Every job has the first one's columns but name and payload, and none can conflict or
+    belongs to a flow (enqueue_uniform's case)."""
+    first = jobs[0]
+    if first.flow_id is not None or first.pending_deps:
+        return False
+    shared = _shared_args(first)
+    for job in jobs:
+        if job.job_key is not None or job.dedup_key is not None or job.hold is not None:
+            return False
+        if job.flow_id is not None or job.pending_deps or _shared_args(job) != shared:
+            return False
+    return True
+
+
+async def insert_batch(
+    db: Database, batch: PreparedBatch, conn: Any = None, commit: str | None = None
+) -> list[EnqueueResult]:
+    """Insert ``batch`` in one statement (no job of it can conflict); results in input order."""
+    row = await db.fetchrow(
+        "enqueue_uniform",
+        batch.names,
+        batch.payloads,
+        *_shared_args(batch.template),
+        notify_channel(db.schema),
+        commit,
+        conn=conn,
+    )
+    assert row is not None
+    return [EnqueueResult(job_id) for job_id in row["ids"]]
+
+
 async def insert_one(
     db: Database, job: PreparedJob, conn: Any = None, commit: str | None = None
 ) -> EnqueueResult:
@@ -299,6 +450,9 @@ async def insert_many(
             next(plain_results) if job.hold is None else await insert_one(db, job, conn, commit)
             for job in jobs
         ]
+    if len(jobs) > 1 and _uniform(jobs):
+        batch = PreparedBatch(jobs[0], [job.name for job in jobs], [job.payload for job in jobs])
+        return await insert_batch(db, batch, conn, commit)
     first_of_key: dict[tuple[str, tuple[str, str, str]], int] = {}
     unique: list[PreparedJob] = []
     position: list[int] = []  # input index -> index in `unique`

@@ -56,6 +56,10 @@ class Kind(Generic[InputT]):
     job_name: Callable[[InputT], str] | None = None
     group_key: Callable[[InputT], str | None] | None = None
     adapter: pydantic.TypeAdapter[InputT] = field(init=False, repr=False)
+    backoff_json: str = field(init=False, repr=False)
+    """The stored JSON of ``backoff``, computed once."""
+    retention_json: str | None = field(init=False, repr=False)
+    """The stored JSON of ``keep_completed``/``keep_dead`` (None: neither), computed once."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or len(self.name) > 200:
@@ -66,8 +70,7 @@ class Kind(Generic[InputT]):
         validation.max_attempts(self.max_attempts)
         validation.max_deferrals(self.max_deferrals)
         validation.priority(self.priority)
-        validation.keep("keep_completed", self.keep_completed)
-        validation.keep("keep_dead", self.keep_dead)
+        retention = validation.retention(self.keep_completed, self.keep_dead)
         object.__setattr__(self, "backoff", validation.backoff(self.backoff))
         try:
             adapter = pydantic.TypeAdapter(self.input)
@@ -76,6 +79,10 @@ class Kind(Generic[InputT]):
                 "input", f"kind {self.name!r}: not a type pydantic can validate: {exc}"
             ) from None
         object.__setattr__(self, "adapter", adapter)
+        object.__setattr__(self, "backoff_json", jsonvalue.dumps(self.backoff.to_json()))
+        object.__setattr__(
+            self, "retention_json", jsonvalue.dumps(retention) if retention else None
+        )
 
     def validate(self, value: Any) -> InputT:
         """The typed input, or InvalidJobInput naming this kind and the first bad field."""

@@ -129,6 +129,20 @@ def keep(option: str, value: Any) -> dict[str, Any] | None:
     return result
 
 
+def retention(completed: Any, dead: Any) -> dict[str, Any] | None:
+    """The stored retention rules of a job or kind (``keep_completed``, ``keep_dead``),
+    validated; None when neither is given."""
+    rules = {
+        status: rule
+        for status, rule in (
+            ("completed", keep("keep_completed", completed)),
+            ("dead", keep("keep_dead", dead)),
+        )
+        if rule is not None
+    }
+    return rules or None
+
+
 def backoff(value: Any) -> Backoff:
     if isinstance(value, Backoff):
         return value

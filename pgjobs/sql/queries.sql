@@ -65,6 +65,30 @@ SELECT src.ord, src.id, ins.id IS NOT NULL AS inserted, (SELECT count(*) FROM no
 FROM src LEFT JOIN ins ON ins.id = src.id
 ORDER BY src.ord;
 
+-- name: enqueue_uniform
+-- Insert many jobs that differ only by name ($1) and payload ($2) and hold no job key, dedup
+-- key or flow, so none can conflict: the common bulk enqueue, with every other column bound
+-- once ($3-$15, enqueue_one's order without name, payload and the keys) instead of an array
+-- per column. One row back: the new ids in input order. $16: the notification channel; $17:
+-- synchronous_commit, and the 'added' events, as for enqueue_one.
+WITH src AS MATERIALIZED (
+    SELECT nextval('{schema}.jobs_id_seq') AS id, u.name, u.payload, u.ord
+    FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(name, payload, ord)
+),
+ins AS (
+    INSERT INTO {schema}.jobs (id, queue, kind, name, payload, priority, run_at, max_attempts,
+                               max_deferrals, backoff, group_key, tenant, metadata, retention,
+                               record_events)
+    SELECT id, $3, $4, name, payload::jsonb, $5,
+           coalesce($6::timestamptz, now() + make_interval(secs => coalesce($7::float8, 0))),
+           $8, $9, $10::text::jsonb, $11, $12, $13::text::jsonb, $14::text::jsonb, $15
+    FROM src
+    RETURNING {fragment:inserted_columns},
+              CASE WHEN $17::text IS NOT NULL THEN set_config('synchronous_commit', $17, true) END
+),
+{fragment:added_events}
+SELECT array_agg(id ORDER BY ord) AS ids, pg_notify($16, $3) AS notified FROM src;
+
 -- name: claim
 -- Take up to $3 due jobs of queues $1 and kinds $2 (plus up to $5 more to start later, from
 -- queues without caps or rate limits), best first, for a lease of $4 seconds, honouring pause,

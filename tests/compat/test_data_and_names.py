@@ -94,6 +94,26 @@ async def test_data_jsonb_cannot_hold_comes_back_exactly(opts: dict[str, Any], d
     await queue.close()
 
 
+async def test_add_bulk_without_options_keeps_each_name_data_and_order(
+    opts: dict[str, Any],
+) -> None:
+    """addBulk of jobs without options (written as one engine batch): each job keeps its own
+    name and data, ids come back in order, and data jsonb cannot hold still comes back exact."""
+    queue = Queue("bulk-plain", opts)
+    jobs = [{"name": f"n{i % 3}", "data": {"i": i}} for i in range(50)]
+    jobs[7] = {"name": "odd", "data": {"s": "a\x00b"}}  # needs its exact copy kept
+    for batch in (jobs[:7], jobs[8:], [jobs[7], jobs[8]]):
+        added = await queue.addBulk(batch)
+        assert [(j.name, j.data) for j in added] == [(b["name"], b["data"]) for b in batch]
+        ids = [int(j.id) for j in added]
+        assert ids == sorted(ids)
+        for job, given in zip(added, batch, strict=True):
+            found = await queue.getJob(job.id)
+            assert found is not None and (found.name, found.data) == (given["name"], given["data"])
+    assert await queue.count() == 51
+    await queue.close()
+
+
 async def test_replaced_data_wins_over_the_exact_copy_of_the_old(opts: dict[str, Any]) -> None:
     queue = Queue("exact-update", opts)
     added = await queue.add("x", {"s": "a\x00b"})

@@ -112,6 +112,104 @@ async def test_bulk_with_one_bad_spec_writes_nothing(jobs: JobQueue, seen: list[
     assert await count(jobs) == 0
 
 
+async def test_uniform_bulk_keeps_each_jobs_input_and_name_in_order(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    """A batch whose jobs share every option (one statement binds them once) still gives each
+    job its own input, and its own name when the kind names jobs from their input."""
+    registry.declare("named", input=Item, job_name=lambda item: f"named-{item.n}")
+    results = await jobs.enqueue_many(
+        [JobSpec("named", {"n": i}) for i in range(300)]
+        + [JobSpec("named", {"n": 300}, priority=9)]  # one differs: the general statement
+    )
+    uniform = await jobs.enqueue_many(JobSpec("named", {"n": i}) for i in range(301, 600))
+    ids = [r.id for r in results + uniform]
+    assert ids == sorted(ids) and len(set(ids)) == 600
+    rows = await jobs.db.pool.fetch(
+        f"SELECT id, name, payload, priority FROM {jobs.schema}.jobs ORDER BY id"
+    )
+    assert [r["name"] for r in rows] == [f"named-{i}" for i in range(600)]
+    assert [r["payload"] for r in rows] == [f'{{"n": {i}, "label": ""}}' for i in range(600)]
+    assert [r["priority"] for r in rows] == [0] * 300 + [9] + [0] * 299
+
+
+async def test_enqueue_batch_shares_options_and_keeps_inputs_names_and_order(
+    jobs: JobQueue, seen: list[int]
+) -> None:
+    later = datetime.now(UTC) + timedelta(hours=1)
+    results = await jobs.enqueue_batch(
+        "item",
+        ({"n": i} for i in range(500)),
+        names=[f"job-{i}" for i in range(500)],
+        queue="batch",
+        priority=4,
+        run_at=later,
+        tenant="acme",
+        metadata={"source": "import"},
+        max_attempts=2,
+    )
+    ids = [r.id for r in results]
+    assert ids == sorted(ids) and len(set(ids)) == 500
+    assert not any(r.duplicate for r in results)
+    row = await jobs.get(ids[123], tenant="acme")
+    assert row is not None
+    assert (row.queue, row.name, row.payload, row.priority, row.max_attempts) == (
+        "batch",
+        "job-123",
+        {"n": 123, "label": ""},
+        4,
+        2,
+    )
+    assert row.run_at == later and row.metadata == {"source": "import"}
+    assert await jobs.enqueue_batch("item", []) == []
+
+
+async def test_enqueue_batch_of_a_kind_that_names_and_groups_from_input(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    registry.declare(
+        "grouped",
+        input=Item,
+        job_name=lambda item: f"g-{item.n}",
+        group_key=lambda item: item.label or None,
+    )
+    results = await jobs.enqueue_batch("grouped", [{"n": 1, "label": "a"}, {"n": 2}])
+    rows = [await jobs.get(r.id) for r in results]
+    assert [(r.name, r.group_key) for r in rows if r] == [("g-1", "a"), ("g-2", None)]
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"job_key": "k"}, "job_key"),
+        ({"dedup_key": "k"}, "dedup_key"),
+        ({"lifo": True}, "lifo"),
+        ({"name": "one"}, "name"),
+        ({"names": ["only-one"]}, "names"),
+        ({"priority": "high"}, "priority"),
+    ],
+)
+async def test_enqueue_batch_refuses_per_job_options_and_writes_nothing(
+    jobs: JobQueue, seen: list[int], options: dict, field: str
+) -> None:
+    with pytest.raises(InvalidOption) as info:
+        await jobs.enqueue_batch("item", [{"n": 1}, {"n": 2}], **options)
+    assert info.value.option == field
+    assert await count(jobs) == 0
+
+
+async def test_enqueue_batch_with_one_bad_input_writes_nothing(
+    jobs: JobQueue, seen: list[int]
+) -> None:
+    with pytest.raises(InvalidJobInput) as info:
+        await jobs.enqueue_batch("item", [{"n": 1}, {"n": "x"}])
+    assert info.value.field == "n"
+    with pytest.raises(InvalidOption) as bad_name:
+        await jobs.enqueue_batch("item", [{"n": 1}, {"n": 2}], names=["a", ""])
+    assert bad_name.value.option == "name"
+    assert await count(jobs) == 0
+
+
 async def test_transactional_enqueue_rolled_back_leaves_no_job(
     jobs: JobQueue, seen: list[int]
 ) -> None:
