@@ -59,6 +59,11 @@ class EngineConnection:
             self._given.schema if isinstance(self._given, pgjobs.JobQueue) else DEFAULT_SCHEMA
         )
         self.schema: str = opts.get("schema", default_schema)
+        # BullMQ's `telemetry` option (bullmq-otel there): a pgjobs.telemetry.Telemetry here;
+        # a JobQueue given as the connection brings its own.
+        self._telemetry: Any = opts.get("telemetry") or (
+            self._given.telemetry if isinstance(self._given, pgjobs.JobQueue) else None
+        )
         self._pool: asyncpg.Pool | None = None
         self._jobs: dict[int, pgjobs.JobQueue] = {}  # by id of the registry they were opened with
         self._shared: tuple[asyncio.AbstractEventLoop, Any] | None = None
@@ -94,7 +99,10 @@ class EngineConnection:
             jobs = self._jobs.get(id(registry))
             if jobs is None:
                 jobs = await pgjobs.JobQueue.connect(
-                    pool=self._pool, schema=self.schema, registry=registry
+                    pool=self._pool,
+                    schema=self.schema,
+                    registry=registry,
+                    telemetry=self._telemetry,
                 )
                 self._jobs[id(registry)] = jobs
             return jobs

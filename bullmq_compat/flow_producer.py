@@ -4,7 +4,7 @@ edge policy. A root with ``opts.parent`` joins an existing parent job."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pgjobs
 from bullmq_compat.connection import EngineConnection
@@ -19,6 +19,7 @@ from bullmq_compat.mapping import (
     json_data,
 )
 from bullmq_compat.queue import Queue
+from bullmq_compat.types import QueueBaseOptions
 from pgjobs import InvalidOption
 
 PARENT_JOB_NOT_EXIST = -5
@@ -54,7 +55,9 @@ class FlowProducer:
 
     def _queue(self, name: str) -> Queue:
         if name not in self._queues:
-            self._queues[name] = Queue(name, self.opts, connection=self.connection)
+            self._queues[name] = Queue(
+                name, cast(QueueBaseOptions, self.opts), connection=self.connection
+            )
         return self._queues[name]
 
     async def add(

@@ -133,8 +133,16 @@ class Job:
         job.returnvalue = row.output if row.status is Status.COMPLETED else None
         if row.last_error and row.status is not Status.COMPLETED:
             job.failedReason = row.last_error.get("message")
-            if row.last_error.get("traceback"):
-                job.stacktrace = [row.last_error["traceback"]]
+        # One stack trace per failed attempt, oldest first (BullMQ's job.stacktrace), at most
+        # stackTraceLimit of them when the job's options set one.
+        traces = [e["traceback"] for e in row.errors if isinstance(e, dict) and e.get("traceback")]
+        limit = job.opts.get("stackTraceLimit")
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+            traces = traces[-limit:]
+        if traces:
+            job.stacktrace = traces
+        elif isinstance(row.last_error, dict) and row.last_error.get("traceback"):
+            job.stacktrace = [row.last_error["traceback"]]
         return job
 
     @classmethod

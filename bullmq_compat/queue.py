@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,6 +26,7 @@ from bullmq_compat.mapping import (
     stored_data,
     to_engine_priority,
 )
+from bullmq_compat.types import BulkJob, JobOptions, QueueBaseOptions
 from pgjobs import JobFilter, JobRow, JobSpec, SubState
 
 
@@ -100,12 +101,12 @@ class Queue:
     def __init__(
         self,
         name: str,
-        opts: dict[str, Any] | None = None,
+        opts: QueueBaseOptions | None = None,
         *,
         connection: EngineConnection | None = None,
     ) -> None:
         self.name = name
-        self.opts = dict(opts or {})
+        self.opts: dict[str, Any] = dict(opts or {})
         self.prefix = self.opts.get("prefix", "bull")
         self.jobsOpts: dict[str, Any] = dict(self.opts.get("defaultJobOptions") or {})
         self.qualifiedName = engine_queue(self.prefix, name)
@@ -141,7 +142,7 @@ class Queue:
         return options
 
     def _spec(
-        self, name: str, data: Any, opts: dict[str, Any] | None
+        self, name: str, data: Any, opts: Mapping[str, Any] | None
     ) -> tuple[JobSpec, dict[str, Any]]:
         merged = {**self.jobsOpts, **(opts or {})}
         if merged:
@@ -203,7 +204,7 @@ class Queue:
         self,
         name: str,
         data: Any,
-        opts: dict[str, Any] | None = None,
+        opts: JobOptions | None = None,
         *,
         connection: Any = None,
     ) -> Job:
@@ -223,7 +224,7 @@ class Queue:
         holder = await self._duplicate(jobs, merged, result)
         return self.added(name, data, merged, result.id, holder)
 
-    async def addBulk(self, jobs: list[dict[str, Any]], *, connection: Any = None) -> list[Job]:
+    async def addBulk(self, jobs: Sequence[BulkJob], *, connection: Any = None) -> list[Job]:
         """Add many jobs in one statement (all or nothing); ``connection`` as for ``add``."""
         if jobs and not self.jobsOpts and not any(j.get("opts") for j in jobs):
             added = await self._add_plain_bulk(jobs, connection)
@@ -253,9 +254,7 @@ class Queue:
             for j, (_, merged), result, holder in zip(jobs, specs, results, holders, strict=True)
         ]
 
-    async def _add_plain_bulk(
-        self, jobs: list[dict[str, Any]], connection: Any
-    ) -> list[Job] | None:
+    async def _add_plain_bulk(self, jobs: Sequence[BulkJob], connection: Any) -> list[Job] | None:
         """Jobs without options (the common bulk): one engine batch sharing the options, each
         job with its own name and data. None when a job's data needs its exact JSON kept
         beside it (then each job goes with its own options)."""

@@ -18,6 +18,7 @@ from bullmq_compat.connection import EngineConnection
 from bullmq_compat.emitter import EventEmitter
 from bullmq_compat.job import job_id_of
 from bullmq_compat.mapping import engine_queue
+from bullmq_compat.types import QueueBaseOptions, QueueEventsOptions
 from pgjobs import JobEvent, JobFilter, SubState
 
 # engine status -> BullMQ state, for the ``prev`` of an event
@@ -111,10 +112,10 @@ class QueueEvents(EventEmitter):
     Listeners are called ``fn(args, eventId)`` (``drained``: ``fn(eventId)``), on the event name
     and, when it concerns a job, on ``"<event>:<jobId>"``."""
 
-    def __init__(self, name: str, opts: dict[str, Any] | None = None) -> None:
+    def __init__(self, name: str, opts: QueueEventsOptions | None = None) -> None:
         super().__init__()
         self.name = name
-        self.opts = {"autorun": True, **(opts or {})}
+        self.opts: dict[str, Any] = {"autorun": True, **(opts or {})}
         self.prefix = self.opts.get("prefix", "bull")
         self.qualifiedName = engine_queue(self.prefix, name)
         self.connection = EngineConnection(self.opts)
@@ -193,9 +194,9 @@ class QueueEventsProducer:
     """``publishEvent({"eventName": ..., **args})`` appends a custom event to the queue's log;
     ``QueueEvents`` listeners receive it as ``fn(args, eventId)``."""
 
-    def __init__(self, name: str, opts: dict[str, Any] | None = None) -> None:
+    def __init__(self, name: str, opts: QueueBaseOptions | None = None) -> None:
         self.name = name
-        self.opts = dict(opts or {})
+        self.opts: dict[str, Any] = dict(opts or {})
         self.qualifiedName = engine_queue(self.opts.get("prefix", "bull"), name)
         self.connection = EngineConnection(self.opts)
 

@@ -69,8 +69,20 @@ class QueueBaseOptions(TypedDict, total=False):
     prefix: str
     schema: str
     """The pgjobs schema (default ``pgjobs``)."""
+    durability: Literal["durable", "async"] | pgjobs.Durability
+    """How adds and outcomes commit (pgjobs; PORTING.md compares it with Redis' modes)."""
     defaultJobOptions: JobOptions
     streams: dict[str, Any]
+    telemetry: Any
+    """A ``pgjobs.telemetry.Telemetry`` (BullMQ takes a ``bullmq-otel`` instance here)."""
+
+
+class BulkJob(TypedDict, total=False):
+    """One job of ``Queue.addBulk``."""
+
+    name: str
+    data: Any
+    opts: JobOptions
 
 
 class LimiterOptions(TypedDict):
@@ -149,6 +161,7 @@ class JobSchedulerJson(TypedDict, total=False):
 
 __all__ = [
     "BackoffOptions",
+    "BulkJob",
     "ConnectionOptions",
     "DeduplicationOptions",
     "JobOptions",

@@ -9,7 +9,7 @@ import inspect
 import json
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import pgjobs
 from bullmq_compat.abort_controller import AbortController
@@ -24,6 +24,7 @@ from bullmq_compat.emitter import EventEmitter
 from bullmq_compat.job import Job, job_id_of
 from bullmq_compat.mapping import KIND, durability, engine_queue, json_data
 from bullmq_compat.queue import Queue
+from bullmq_compat.types import QueueBaseOptions, WorkerOptions
 from pgjobs import Delayed, JobContext, WaitForPrerequisites
 
 Processor = Callable[..., Awaitable[Any]]
@@ -70,12 +71,12 @@ class Worker(EventEmitter):
     closed, as BullMQ's worker waits for Redis."""
 
     def __init__(
-        self, name: str, processor: Processor | None = None, opts: dict[str, Any] | None = None
+        self, name: str, processor: Processor | None = None, opts: WorkerOptions | None = None
     ) -> None:
         super().__init__()
         self.name = name
         self.processor = processor
-        self.opts = {
+        self.opts: dict[str, Any] = {
             "concurrency": 1,
             "lockDuration": 30000,
             "stalledInterval": 30000,
@@ -102,7 +103,7 @@ class Worker(EventEmitter):
         self.closing = False
         self.closed = False
         self.connection = EngineConnection(self.opts)
-        self._queue = Queue(name, self.opts, connection=self.connection)
+        self._queue = Queue(name, cast(QueueBaseOptions, self.opts), connection=self.connection)
         self._wants_signal = _wants_signal(processor)
         # Running jobs by their claim's lock token, not the engine id: a retry may be claimed
         # again (and start) before the event of its previous attempt's outcome arrives.

@@ -74,6 +74,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     work.add_argument("--name", default=None, help="the worker's name in list_workers")
     work.add_argument("--durability", choices=("durable", "async"), default="durable")
+    work.add_argument(
+        "--pgbouncer",
+        action="store_true",
+        help="--dsn is a transaction-mode pooler: no prepared-statement cache",
+    )
+    work.add_argument(
+        "--listen-dsn",
+        default=None,
+        help="a direct (session) DSN for LISTEN when --dsn is a transaction-mode pooler",
+    )
     _logging_arguments(work)
     sched = commands.add_parser("scheduler", help="emit due schedules until SIGTERM/SIGINT")
     _connection_arguments(sched)
@@ -137,9 +147,17 @@ def _worker(args: argparse.Namespace) -> int:
     queues = [q.strip() for q in args.queues.split(",") if q.strip()] if args.queues else None
     configure_logging(args.log_format, args.log_level)
 
+    # Behind a transaction-mode pooler, prepared statements do not survive the transaction.
+    pooled: dict[str, Any] = {"statement_cache_size": 0} if args.pgbouncer else {}
+
     async def main() -> int:
         jobs = await JobQueue.connect(
-            args.dsn, schema=args.schema, registry=registry, max_size=args.concurrency + 4
+            args.dsn,
+            schema=args.schema,
+            registry=registry,
+            max_size=args.concurrency + 4,
+            listen_dsn=args.listen_dsn,
+            **pooled,
         )
         try:
             await jobs.check_schema()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
@@ -48,6 +49,7 @@ from pgjobs.models import (
 from pgjobs.ops import Operations, RunningPolicy
 from pgjobs.queues import QueueControl, QueueSettings
 from pgjobs.schedules import Schedule, Scheduler, Schedules
+from pgjobs.telemetry import Telemetry
 from pgjobs.tracking import Granularity, JobOrder, Tracking, job_row
 from pgjobs.worker import Worker, WorkerOptions
 
@@ -70,10 +72,13 @@ class JobQueue:
         registry: Registry | None = None,
         *,
         durability: Durability | str = Durability.DURABLE,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.db = db
         self.registry = registry if registry is not None else Registry()
         self.durability = validation.durability(durability)
+        self.telemetry = telemetry
+        """OpenTelemetry spans and metrics of this queue's enqueues and workers (None: off)."""
         self._ops = Operations(db, self.registry)
         self._flows = Flows(db, self.registry)
         self._queues = QueueControl(db)
@@ -91,21 +96,33 @@ class JobQueue:
         min_size: int = 1,
         max_size: int = 10,
         durability: Durability | str = Durability.DURABLE,
+        listen_dsn: str | None = None,
+        telemetry: Telemetry | None = None,
         **connect_options: Any,
     ) -> JobQueue:
         """Open a pool on ``dsn`` (default: ``PGJOBS_DSN``, then ``DATABASE_URL``, then local),
         or use ``pool``, which is then left open by ``close()``. ``connect_options`` go to
         ``asyncpg.create_pool`` (e.g. ``statement_cache_size=0`` behind pgbouncer in
-        transaction mode)."""
+        transaction mode). ``listen_dsn``: where workers and event streams hold their LISTEN
+        connection, when ``dsn`` goes through a transaction-mode pooler that cannot keep one
+        (PostgreSQL directly, or a session-mode pool); without it they listen on the pool and,
+        behind such a pooler, fall back to polling with a logged warning. ``telemetry``: a
+        ``pgjobs.telemetry.Telemetry`` for OpenTelemetry spans and metrics."""
         level = validation.durability(durability)
         if pool is not None:
-            return cls(Database(pool, schema, owns_pool=False), registry, durability=level)
+            db = Database(pool, schema, owns_pool=False, listen_dsn=listen_dsn)
+            return cls(db, registry, durability=level, telemetry=telemetry)
         resolved = dsn or dsn_from_env()
         assert resolved is not None
         db = await Database.connect(
-            resolved, schema, min_size=min_size, max_size=max_size, **connect_options
+            resolved,
+            schema,
+            min_size=min_size,
+            max_size=max_size,
+            listen_dsn=listen_dsn,
+            **connect_options,
         )
-        return cls(db, registry, durability=level)
+        return cls(db, registry, durability=level, telemetry=telemetry)
 
     def _commit(self, durability: Durability | str | None) -> str | None:
         level = self.durability if durability is None else validation.durability(durability)
@@ -168,6 +185,12 @@ class JobQueue:
         queue's (with ``connection``, it applies to the caller's whole transaction).
         """
         commit = self._commit(durability)
+        if self.telemetry is not None:
+            name = kind.name if isinstance(kind, Kind) else kind
+            with self.telemetry.enqueue_span(name, options.get("queue"), 1) as carrier:
+                options["metadata"] = self.telemetry.carry(options.get("metadata"), carrier)
+                job = prepare(JobSpec(kind, input, **options), self.registry)
+                return await insert_one(self.db, job, connection, commit)
         return await insert_one(
             self.db, prepare(JobSpec(kind, input, **options), self.registry), connection, commit
         )
@@ -184,6 +207,21 @@ class JobQueue:
         If any spec is invalid, nothing is written. ``durability`` as for ``enqueue``.
         """
         commit = self._commit(durability)
+        if self.telemetry is not None:
+            listed = list(specs)
+            kinds = {s.kind.name if isinstance(s.kind, Kind) else s.kind for s in listed}
+            queues = {s.queue for s in listed}
+            with self.telemetry.enqueue_span(
+                kinds.pop() if len(kinds) == 1 else "(several kinds)",
+                queues.pop() if len(queues) == 1 else None,
+                len(listed),
+            ) as carrier:
+                carried = [
+                    dataclasses.replace(s, metadata=self.telemetry.carry(s.metadata, carrier))
+                    for s in listed
+                ]
+                prepared = [prepare(spec, self.registry) for spec in carried]
+                return await insert_many(self.db, prepared, connection, commit)
         prepared = [prepare(spec, self.registry) for spec in specs]
         return await insert_many(self.db, prepared, connection, commit)
 
@@ -207,6 +245,22 @@ class JobQueue:
         values = list(inputs)
         if not values:
             return []
+        if self.telemetry is not None:
+            name = kind.name if isinstance(kind, Kind) else kind
+            with self.telemetry.enqueue_span(name, options.get("queue"), len(values)) as carrier:
+                options["metadata"] = self.telemetry.carry(options.get("metadata"), carrier)
+                return await self._enqueue_batch(kind, values, names, connection, commit, options)
+        return await self._enqueue_batch(kind, values, names, connection, commit, options)
+
+    async def _enqueue_batch(
+        self,
+        kind: str | Kind[Any],
+        values: list[Any],
+        names: Iterable[str] | None,
+        connection: Connection | None,
+        commit: str | None,
+        options: BatchOptions,
+    ) -> list[EnqueueResult]:
         prepared = prepare_batch(
             kind, values, None if names is None else list(names), dict(options), self.registry
         )
@@ -288,6 +342,7 @@ class JobQueue:
         """A Worker for this queue's registry; see Worker for the options (``durability``
         defaults to the queue's)."""
         options.setdefault("durability", self.durability)
+        options.setdefault("telemetry", self.telemetry)
         return Worker(self.db, self.registry, **options)
 
     # -- flows -----------------------------------------------------------------------------
@@ -734,6 +789,12 @@ class JobQueue:
     ) -> FlowView | None:
         """A flow's summary (identical to its list_flows row) and its light graph, or None."""
         return await self._tracking.flow_view(flow_id, tenant=tenant, any_tenant=any_tenant)
+
+    async def queue_lag(self, queues: Sequence[str] | None = None) -> dict[str, float]:
+        """Seconds the oldest due job of each queue (of ``queues``, default every queue) has
+        waited to start; a queue with no due job is absent."""
+        rows = await self.db.fetch("queue_gauges", None if queues is None else list(queues))
+        return {r["queue"]: float(r["lag"]) for r in rows if r["state"] == "ready"}
 
     async def list_workers(self, queue: str | None = None) -> list[WorkerInfo]:
         """The workers running now (seen within three heartbeats), of ``queue`` if given:

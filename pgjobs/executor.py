@@ -63,19 +63,31 @@ class Database:
     """A pool plus the schema's named statements. Methods take an optional ``conn`` so the
     same statement runs inside a caller's transaction."""
 
-    def __init__(self, pool: asyncpg.Pool, schema: str, *, owns_pool: bool) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, schema: str, *, owns_pool: bool, listen_dsn: str | None = None
+    ) -> None:
         self.pool = pool
         self.schema = validate_schema(schema)
         self.statements = sql.queries(self.schema)
         self.owns_pool = owns_pool
+        self.listen_dsn = listen_dsn
+        """Where LISTEN connections go instead of the pool (a session that a transaction-mode
+        pooler would not keep: PostgreSQL itself, or a session-mode pool)."""
 
     @classmethod
     async def connect(
-        cls, dsn: str, schema: str, *, min_size: int = 1, max_size: int = 10, **options: Any
+        cls,
+        dsn: str,
+        schema: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        listen_dsn: str | None = None,
+        **options: Any,
     ) -> Database:
         validate_schema(schema)
         pool = await create_pool(dsn, min_size=min_size, max_size=max_size, **options)
-        return cls(pool, schema, owns_pool=True)
+        return cls(pool, schema, owns_pool=True, listen_dsn=listen_dsn)
 
     async def close(self) -> None:
         if self.owns_pool:

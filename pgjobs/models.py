@@ -112,6 +112,9 @@ class JobRow:
     retention: Any
     stalls: int
     """Times the job's lease ended while it ran (its worker stopped heartbeating)."""
+    errors: list[Any]
+    """The error of each failed attempt (and lease expiry), oldest first, the last 20:
+    ``type``, ``message``, ``traceback``, ``attempt``, ``at``. ``last_error`` is the newest."""
     sub_state: SubState
 
 

@@ -56,7 +56,7 @@ class Notifier:
         while True:
             conn: Any = None
             try:
-                conn = await self._pool.acquire()
+                conn = await self._connect()
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda _c, lost=lost: lost.set())
                 for channel in self._listeners:
@@ -94,4 +94,17 @@ class Notifier:
             finally:
                 if conn is not None:
                     with contextlib.suppress(Exception):
-                        await self._pool.release(conn)
+                        await self._disconnect(conn)
+
+    async def _connect(self) -> Any:
+        """The LISTEN connection: a session of its own on ``listen_dsn`` if the database has
+        one (behind a transaction-mode pooler), else one of the pool's."""
+        if self._db.listen_dsn is not None:
+            return await asyncpg.connect(self._db.listen_dsn)
+        return await self._pool.acquire()
+
+    async def _disconnect(self, conn: Any) -> None:
+        if self._db.listen_dsn is not None:
+            await conn.close()
+        else:
+            await self._pool.release(conn)

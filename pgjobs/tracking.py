@@ -4,7 +4,7 @@ graph, per-queue stats and metrics. One query per call; everything derived in SQ
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 import asyncpg
 
@@ -53,9 +53,20 @@ def job_row(record: asyncpg.Record) -> JobRow:
         "retention",
     ):
         values[column] = jsonvalue.loads(values[column])
+    values["errors"] = attempt_errors(jsonvalue.loads(values["errors"]), values["last_error"])
     values["status"] = Status(values["status"])
     values["sub_state"] = SubState(values["sub_state"])
     return JobRow(**values)
+
+
+def attempt_errors(errors: Any, last_error: Any) -> list[Any]:
+    """The attempts' errors; for a job whose attempts failed before the column existed
+    (migration 0016), its last error, if that was an attempt's."""
+    if isinstance(errors, list):
+        return errors
+    if isinstance(last_error, dict) and "attempt" in last_error:
+        return [last_error]
+    return []
 
 
 def _zero_counts() -> dict[SubState, int]:

@@ -32,6 +32,7 @@ from pgjobs.notifier import Notifier
 from pgjobs.outcomes import Outcome
 from pgjobs.retrying import retry_delay, wait_or_stop
 from pgjobs.schedules import Schedules
+from pgjobs.telemetry import Telemetry
 
 logger = logging.getLogger("pgjobs.worker")
 
@@ -40,6 +41,8 @@ DEFAULT_LEASE_SECONDS = 30.0
 """A running job whose worker has not heartbeated for this long is rescued by another worker."""
 DEFAULT_POLL_SECONDS = 1.0
 """Safety-net poll when no notification arrives (notifications normally wake within ms)."""
+QUEUE_GAUGE_SECONDS = 15.0
+"""With telemetry, how often a worker refreshes its queues' depth and lag gauges."""
 DEFAULT_SHUTDOWN_SECONDS = 30.0
 
 
@@ -68,6 +71,7 @@ class WorkerOptions(TypedDict, total=False):
     on_rescue: RescueListener | None
     name: str | None
     durability: Durability | str
+    telemetry: Telemetry | None
 
 
 """Called with the jobs a rescue of this worker put back or failed: id, status (``pending``
@@ -125,6 +129,7 @@ class Worker:
         on_rescue: RescueListener | None = None,
         name: str | None = None,
         durability: Durability | str = Durability.DURABLE,
+        telemetry: Telemetry | None = None,
     ) -> None:
         handled = [kind for kind in registry if kind.handler is not None]
         if not handled:
@@ -197,6 +202,8 @@ class Worker:
         self._schedules = Schedules(db, registry)
         self._main: asyncio.Task[None] | None = None
         self._on_event = on_event
+        self._telemetry = telemetry
+        self._gauges_due = 0.0
         self._on_rescue = on_rescue
 
     @property
@@ -256,6 +263,15 @@ class Worker:
                 await self._db.fetch("worker_gone", self.id)
 
     async def _report_presence(self) -> None:
+        if self._telemetry is not None:
+            now = time.monotonic()
+            if now >= self._gauges_due:  # counting every in-flight job: not at every beat
+                self._gauges_due = now + QUEUE_GAUGE_SECONDS
+                try:
+                    rows = await self._db.fetch("queue_gauges", self.queues)
+                    self._telemetry.record_queues(self.queues, rows)
+                except Exception:  # telemetry never stops the presence report
+                    logger.exception("telemetry: reading the queue gauges failed")
         await self._db.fetch(
             "worker_seen",
             self.id,
@@ -441,16 +457,21 @@ class Worker:
         if self._on_event is not None:
             self._emit("active", ctx, {})
         started = time.monotonic()
+        spanning = self._telemetry.job_span(ctx) if self._telemetry else contextlib.nullcontext()
         try:
-            advancing = self._advancing.pop(ctx.id, None)
-            if advancing is not None:  # a schedule's run starts once its next run exists
-                await asyncio.shield(advancing)
-            outcome = await runner.run(kind, row["payload"], row["backoff"], ctx)
-        except asyncio.CancelledError:
-            # Cancelled by stop() past its timeout (release it, unless abandoning) or by a lost
-            # heartbeat (drop it).
-            releasing = self._releasing and not self._abandoning
-            outcome = None if ctx.lost or not releasing else _given_back(ctx)
+            with spanning as span:
+                try:
+                    advancing = self._advancing.pop(ctx.id, None)
+                    if advancing is not None:  # a schedule's run starts once its next run exists
+                        await asyncio.shield(advancing)
+                    outcome = await runner.run(kind, row["payload"], row["backoff"], ctx)
+                except asyncio.CancelledError:
+                    # Cancelled by stop() past its timeout (release it, unless abandoning) or by
+                    # a lost heartbeat (drop it).
+                    releasing = self._releasing and not self._abandoning
+                    outcome = None if ctx.lost or not releasing else _given_back(ctx)
+                if span is not None:
+                    span.finish(outcome)
         finally:
             self._claimer.record_run(time.monotonic() - started)
             self._running.pop(ctx.id, None)

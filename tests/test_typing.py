@@ -1,5 +1,6 @@
-"""What a type checker sees of the public API: a misspelt enqueue or worker option is an error
-in user code under ``mypy --strict``, and every package ships its ``py.typed`` marker."""
+"""What a type checker sees of the public API: a misspelt enqueue or worker option (an engine
+keyword or a key of a facade option dict) is an error in user code under ``mypy --strict``,
+and every package ships its ``py.typed`` marker."""
 
 from __future__ import annotations
 
@@ -23,8 +24,12 @@ USER_CODE = textwrap.dedent(
         await jobs.enqueue("email", {}, priorty=1)
         jobs.worker(concurrency=2, queues=["emails"])
         jobs.worker(concurency=2)
-        queue = bullmq_compat.Queue("q")
-        await queue.add("x", {})
+        queue = bullmq_compat.Queue("q", {"prefix": "app", "durability": "async"})
+        await queue.add("x", {}, {"attempts": 3, "backoff": {"type": "fixed", "delay": 10}})
+        await queue.add("x", {}, {"attemps": 3})
+        await queue.addBulk([{"name": "x", "data": {}, "opts": {"priority": 1}}])
+        bullmq_compat.Worker("q", None, {"concurrency": 2, "lockDuration": 30000})
+        bullmq_compat.Worker("q", None, {"concurency": 2})
         print(migration_tools.ExitCode.OK)
     """
 )
@@ -39,9 +44,11 @@ def test_mypy_strict_on_user_code_catches_misspelt_options(tmp_path: Path) -> No
         text=True, timeout=300,
     )  # fmt: skip
     errors = [line for line in done.stdout.splitlines() if ": error:" in line]
-    assert len(errors) == 2, done.stdout
+    assert len(errors) == 4, done.stdout
     assert 'Unexpected keyword argument "priorty" for "enqueue"' in errors[0]
     assert 'Unexpected keyword argument "concurency" for "worker"' in errors[1]
+    assert "user_code.py:14:" in errors[2] and '"JobOptions | None"' in errors[2]  # attemps
+    assert "user_code.py:17:" in errors[3] and '"WorkerOptions | None"' in errors[3]  # concurency
 
 
 def test_every_package_ships_its_typed_marker() -> None:

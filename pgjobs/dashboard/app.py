@@ -51,6 +51,18 @@ OUTCOMES = ["running", "failed", "completed_with_failures", "completed"]
 EDGE_COLOURS = {"block": "#888", "cascade": "#d05050", "ignore": "#5080d0", "continue": "#50a050"}
 
 
+PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _labels(**labels: str) -> str:
+    """Prometheus labels, values escaped as its text format requires."""
+    escaped = (
+        (k, v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n"))
+        for k, v in labels.items()
+    )
+    return "{" + ",".join(f'{k}="{v}"' for k, v in escaped) + "}"
+
+
 def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
@@ -307,6 +319,27 @@ class Dashboard:
             filters=filters, outcomes=OUTCOMES, query=query,
         )  # fmt: skip
 
+    async def workers(self, request: Request) -> Response:
+        await self._fleet_wide(request)
+        return await self.render(request, "workers", workers=await self.jobs.list_workers())
+
+    async def schedules(self, request: Request) -> Response:
+        await self._fleet_wide(request)
+        return await self.render(request, "schedules", schedules=await self.jobs.list_schedules())
+
+    async def schedule_remove(self, request: Request) -> Response:
+        await self.checked_form(request)
+        await self._fleet_wide(request)
+        name = queue_of(request.path_params["name"])
+        if not await self.jobs.remove_schedule(name):
+            raise HTTPException(404, f"no schedule {name!r}")
+        return self.back(request, "/schedules", f"schedule {name} removed")
+
+    async def _fleet_wide(self, request: Request) -> None:
+        """Workers and schedules serve every tenant: not shown under a tenant resolver."""
+        if self.tenant_resolver is not None:
+            raise HTTPException(403, "fleet-wide page: not served with a tenant resolver")
+
     async def flow(self, request: Request) -> Response:
         tenant = await self.tenant(request)
         flow_id = self._int(request.path_params["flow_id"])
@@ -377,6 +410,41 @@ class Dashboard:
             return Response(json.dumps(failure), 503, media_type="application/json")
         healthy = {"status": "ok", "schema": "current", "workers": workers}
         return Response(json.dumps(healthy), 200, media_type="application/json")
+
+    async def prometheus(self, request: Request) -> Response:
+        """The fleet in Prometheus' text format: jobs by queue and sub-state, whether each
+        queue is paused, its lag (seconds its oldest due job has waited) and the workers
+        heartbeating on it. Fleet-wide, so not served under a tenant resolver."""
+        if self.tenant_resolver is not None:
+            raise HTTPException(403, "metrics are fleet-wide: not served with a tenant resolver")
+        stats = await self.jobs.queue_stats()
+        lag = await self.jobs.queue_lag()
+        workers: dict[str, int] = {}
+        for worker in await self.jobs.list_workers():
+            for queue in worker.queues:
+                workers[queue] = workers.get(queue, 0) + 1
+        lines = [
+            "# HELP pgjobs_jobs Jobs by queue and sub-state.",
+            "# TYPE pgjobs_jobs gauge",
+        ]
+        for stat in stats:
+            for state in SubState:
+                labels = _labels(queue=stat.queue, state=state.value)
+                lines.append(f"pgjobs_jobs{labels} {stat.counts[state]}")
+        lines += ["# HELP pgjobs_queue_paused 1 while the queue is paused.",
+                  "# TYPE pgjobs_queue_paused gauge"]  # fmt: skip
+        lines += [f"pgjobs_queue_paused{_labels(queue=q.queue)} {int(q.paused)}" for q in stats]
+        lines += ["# HELP pgjobs_queue_lag_seconds How long the oldest due job has waited.",
+                  "# TYPE pgjobs_queue_lag_seconds gauge"]  # fmt: skip
+        lines += [
+            f"pgjobs_queue_lag_seconds{_labels(queue=q.queue)} {lag.get(q.queue, 0.0):.3f}"
+            for q in stats
+        ]
+        lines += ["# HELP pgjobs_workers Workers heartbeating on the queue.",
+                  "# TYPE pgjobs_workers gauge"]  # fmt: skip
+        queues = sorted({q.queue for q in stats} | set(workers))
+        lines += [f"pgjobs_workers{_labels(queue=q)} {workers.get(q, 0)}" for q in queues]
+        return Response("\n".join(lines) + "\n", media_type=PROMETHEUS_TYPE)
 
     async def job_action(self, request: Request) -> Response:
         form = await self.checked_form(request)
@@ -488,10 +556,14 @@ def create_app(
         Route("/queues/{queue:str}/purge", d.purge, methods=["POST"]),
         Route("/queues/{queue:str}/{action:str}", d.queue_action, methods=["POST"]),
         Route("/health", d.health),
+        Route("/metrics", d.prometheus),
         Route("/jobs/{job_id:str}", d.job),
         Route("/jobs/{job_id:str}/remove", d.remove_confirm, methods=["GET"]),
         Route("/jobs/{job_id:str}/{action:str}", d.job_action, methods=["POST"]),
         Route("/flows", d.flows),
+        Route("/workers", d.workers),
+        Route("/schedules", d.schedules),
+        Route("/schedules/{name:str}/remove", d.schedule_remove, methods=["POST"]),
         Route("/flows/{flow_id:str}", d.flow),
         Route("/flows/{flow_id:str}/requeue", d.flow_requeue, methods=["POST"]),
     ]

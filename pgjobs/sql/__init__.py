@@ -23,7 +23,8 @@ JOB_COLUMNS = (
     "id, queue, kind, name, payload, output, status, priority, run_at, attempts, max_attempts, "
     "deferrals, max_deferrals, backoff, dedup_key, group_key, flow_id, pending_deps, tenant, "
     "metadata, progress, last_error, created_at, started_at, finished_at, heartbeat_at, job_key, "
-    "retention, stalls, {schema}.sub_state(status, pending_deps, run_at, attempts) AS sub_state"
+    "retention, stalls, errors, "
+    "{schema}.sub_state(status, pending_deps, run_at, attempts) AS sub_state"
 )
 
 _HEADER = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
@@ -126,6 +127,7 @@ def migrations() -> list[tuple[int, str, str]]:
 
 DEFINITION_FILES = (
     "sub_state.sql",
+    "attempt_errors.sql",
     "flow_stats.sql",
     "resolve_dependents.sql",
     "attach_prerequisites.sql",

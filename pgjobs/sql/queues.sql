@@ -46,6 +46,24 @@ SELECT $1, $2, $3, $4, $5::text[], $6, $7, $8
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed
 ON CONFLICT (id) DO UPDATE SET running = excluded.running, last_seen = now();
 
+-- name: queue_gauges
+-- The in-flight jobs of queues $1 (NULL: every queue) by state (ready, delayed,
+-- waiting_children, running), with the seconds the oldest of each state has been due (a LIFO
+-- job's mirrored run_at counts from its creation): queue depth and lag for telemetry and the
+-- dashboard's Prometheus endpoint. Reads jobs_inflight_idx.
+SELECT j.queue,
+       CASE WHEN j.status = 'running' THEN 'running'
+            WHEN j.pending_deps > 0 THEN 'waiting_children'
+            WHEN j.run_at > now() THEN 'delayed'
+            ELSE 'ready' END AS state,
+       count(*)::bigint AS jobs,
+       greatest(extract(epoch FROM now() - min(greatest(j.run_at, j.created_at))), 0)::float8
+           AS lag
+FROM {schema}.jobs j
+WHERE ($1::text[] IS NULL OR j.queue = ANY($1::text[])) AND j.status IN ('pending', 'running')
+GROUP BY 1, 2
+ORDER BY 1, 2;
+
 -- name: worker_gone
 -- Also without waiting for the flush: a lost delete leaves a row list_workers soon ignores.
 DELETE FROM {schema}.workers

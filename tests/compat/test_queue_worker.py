@@ -104,6 +104,9 @@ async def test_attempts_made_counts_finished_attempts(opts: dict) -> None:
     assert completed == [(3, "third time")]
     [job] = await queue.getCompleted()
     assert job.attemptsMade == 3 and job.returnvalue == "third time"
+    # One stack trace per failed attempt, oldest first, kept after the job completed.
+    assert len(job.stacktrace) == 2
+    assert "try 0" in job.stacktrace[0] and "try 1" in job.stacktrace[1]
     await queue.close()
 
 

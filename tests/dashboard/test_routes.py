@@ -251,6 +251,111 @@ async def test_the_health_route_answers_for_probes(jobs: JobQueue, pool: Any) ->
         assert "pgjobs migrate" in stale.json()["error"]
 
 
+async def test_the_prometheus_endpoint_exposes_depth_lag_pauses_and_workers(
+    jobs: JobQueue, registry: Any
+) -> None:
+    registry.declare("scrape", input=dict)
+    for n in range(3):
+        await jobs.enqueue("scrape", {"n": n}, queue='we"ird\\q')
+    await jobs.enqueue("scrape", {}, queue="later", delay=3600)
+    await jobs.pause("later")
+    async with client_for(jobs) as client:
+        response = await client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    lines = response.text.splitlines()
+    assert "# TYPE pgjobs_jobs gauge" in lines
+    assert 'pgjobs_jobs{queue="we\\"ird\\\\q",state="ready"} 3' in lines
+    assert 'pgjobs_jobs{queue="later",state="delayed"} 1' in lines
+    assert 'pgjobs_jobs{queue="later",state="ready"} 0' in lines
+    assert 'pgjobs_queue_paused{queue="later"} 1' in lines
+    assert 'pgjobs_queue_paused{queue="we\\"ird\\\\q"} 0' in lines
+    assert 'pgjobs_queue_lag_seconds{queue="later"} 0.000' in lines
+    [lag] = [line for line in lines if line.startswith('pgjobs_queue_lag_seconds{queue="we')]
+    assert float(lag.rsplit(" ", 1)[1]) >= 0
+    assert 'pgjobs_workers{queue="later"} 0' in lines
+    for line in lines:  # every sample line is "name{labels} number"
+        if not line.startswith("#"):
+            float(line.rsplit(" ", 1)[1])
+    async with client_for(jobs, tenant_resolver=lambda request: "acme") as scoped:
+        assert (await scoped.get("/metrics")).status_code == 403
+
+
+async def test_a_job_page_shows_the_error_of_every_attempt(jobs: JobQueue, registry: Any) -> None:
+    from pgjobs import Backoff
+
+    @registry.kind("shaky", input=dict, queue="shaky", max_attempts=3, backoff=Backoff.fixed(0))
+    async def shaky(ctx: Any, data: dict) -> None:
+        raise ValueError(f"attempt <{ctx.attempts}> broke")
+
+    job = await jobs.enqueue("shaky", {})
+    await jobs.worker(queues=["shaky"]).run(until_drained=True)
+    async with client_for(jobs) as client:
+        page = (await client.get(f"/jobs/{job.id}")).text
+    assert "Errors of each attempt" in page
+    attempts = re.findall(r'<tr data-attempt="(\d+)">', page)
+    assert attempts == ["3", "2", "1"]  # newest first
+    for n in (1, 2, 3):
+        assert f"ValueError: attempt &lt;{n}&gt; broke" in page
+
+
+async def test_the_workers_page_lists_heartbeating_workers(jobs: JobQueue, registry: Any) -> None:
+    import asyncio
+
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    @registry.kind("hold", input=dict, queue="team/<a>")
+    async def hold(ctx: Any, data: dict) -> None:
+        started.set()
+        await release.wait()
+
+    await jobs.enqueue("hold", {})
+    worker = jobs.worker(queues=["team/<a>"], concurrency=3, name="<b>night</b> shift")
+    running = asyncio.create_task(worker.run())
+    await asyncio.wait_for(started.wait(), 30)
+    async with client_for(jobs) as client:
+        page = (await client.get("/workers")).text
+        release.set()
+        await worker.stop()
+        await running
+        after = (await client.get("/workers")).text
+        async with client_for(jobs, tenant_resolver=lambda request: "acme") as scoped:
+            assert (await scoped.get("/workers")).status_code == 403
+    [row] = re.findall(r'<tr class="worker">.*?</tr>', page, re.S)
+    assert "&lt;b&gt;night&lt;/b&gt; shift" in row and "<b>night" not in row
+    assert 'href="/queues/team%252F%253Ca%253E"' in row and "<td>3</td>" in row
+    assert "no worker is running" in after
+
+
+async def test_the_schedules_page_shows_next_and_last_runs_and_removes(
+    jobs: JobQueue, registry: Any
+) -> None:
+    registry.declare("report", input=dict)
+    await jobs.upsert_schedule("nightly/<report>", "report", {}, cron="0 3 * * *", queue="r")
+    await jobs.upsert_schedule("pulse", "report", {}, every=60)
+    async with client_for(jobs) as client:
+        page = await client.get("/schedules")
+        rows = re.findall(r'<tr class="schedule">.*?</tr>', page.text, re.S)
+        assert len(rows) == 2
+        nightly = next(r for r in rows if "nightly" in r)
+        assert "nightly/&lt;report&gt;" in nightly and "<code>0 3 * * *</code> (UTC)" in nightly
+        assert "every 60.0 s" in next(r for r in rows if "pulse" in r)
+        schedule = await jobs.get_schedule("nightly/<report>")
+        assert schedule is not None and schedule.next_run_at is not None
+        assert schedule.next_run_at.strftime("%Y-%m-%d %H:%M:%S") in nightly
+        action = re.search(r'action="([^"]*nightly[^"]*)"', nightly)
+        assert action is not None
+        removed = await client.post(action.group(1), data={"csrf": csrf_of(page)})
+        assert removed.status_code == 303
+        assert await jobs.get_schedule("nightly/<report>") is None
+        assert await jobs.get_schedule("pulse") is not None
+        again = await client.post(action.group(1), data={"csrf": csrf_of(page)})
+        assert again.status_code == 404
+        forged = await client.post("/schedules/pulse/remove", data={"csrf": "forged"})
+        assert forged.status_code == 403 and await jobs.get_schedule("pulse") is not None
+
+
 async def test_a_flow_page_shows_what_blocks_it_and_offers_the_requeue(
     client: httpx.AsyncClient, seeded: dict[str, int]
 ) -> None:

@@ -8,7 +8,7 @@ import pydantic
 import pytest
 
 from pgjobs import Backoff, Delayed, Fatal, JobQueue, Registry, Retry, Status
-from tests.helpers import eventually
+from tests.helpers import eventually, expire_lease
 
 
 class Task(pydantic.BaseModel):
@@ -49,6 +49,49 @@ async def test_exceptions_retry_with_backoff_then_die(jobs: JobQueue, registry: 
     assert row.status is Status.DEAD and row.attempts == 3
     assert row.last_error["type"] == "ValueError" and row.last_error["message"] == "boom 3"
     assert "Traceback" in row.last_error["traceback"] and row.last_error["attempt"] == 3
+
+
+async def test_every_failed_attempt_keeps_its_error_oldest_first(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    @registry.kind("thrice", input=Task, max_attempts=4, backoff=FAST)
+    async def thrice(ctx, task: Task) -> str:
+        if ctx.attempts < 4:
+            raise ValueError(f"boom {ctx.attempts}")
+        return "fourth time"
+
+    row = await finish(jobs, (await jobs.enqueue("thrice", {})).id)
+    assert row.status is Status.COMPLETED
+    assert [(e["attempt"], e["type"], e["message"]) for e in row.errors] == [
+        (1, "ValueError", "boom 1"),
+        (2, "ValueError", "boom 2"),
+        (3, "ValueError", "boom 3"),
+    ]
+    assert all("boom" in e["traceback"] and e["at"] for e in row.errors)
+    assert row.last_error == row.errors[-1]
+
+
+async def test_attempt_errors_keep_the_last_twenty_and_a_lease_expiry(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    @registry.kind("hopeless", input=Task, max_attempts=25, backoff=FAST)
+    async def hopeless(ctx, task: Task) -> None:
+        raise RuntimeError(f"no {ctx.attempts}")
+
+    row = await finish(jobs, (await jobs.enqueue("hopeless", {})).id)
+    assert row.status is Status.DEAD and row.attempts == 25
+    assert [e["attempt"] for e in row.errors] == list(range(6, 26))
+
+    registry.declare("stalls", input=Task, max_attempts=2)
+    stalled = await jobs.enqueue("stalls", {})
+    assert len(await jobs.claim(["default"], kinds=["stalls"])) == 1
+    await expire_lease(jobs, stalled.id)
+    await jobs.db.fetch("rescue_stalled", 10, "unused_channel")  # what a worker's rescue runs
+    row = await jobs.get(stalled.id)
+    assert row is not None and row.status is Status.PENDING
+    [expiry] = row.errors
+    assert expiry["type"] == "LeaseExpired" and expiry["attempt"] == 1
+    assert "stopped heartbeating" in expiry["message"] and row.last_error == expiry
 
 
 async def test_retry_succeeds_when_handler_recovers(jobs: JobQueue, registry: Registry) -> None:

@@ -37,6 +37,7 @@ BEGIN
                           THEN coalesce(now() + make_interval(secs => f.delay), j.run_at)
                           ELSE j.run_at END,
             last_error = coalesce(f.error::jsonb, j.last_error),
+            errors = {schema}.with_attempt_error(j.errors, f.error::jsonb),
             attempts = j.attempts - f.refund,
             deferrals = j.deferrals + f.deferred,
             finished_at = CASE WHEN f.status = 'pending' THEN NULL ELSE now() END,

@@ -23,7 +23,14 @@ DECLARE
     queues   text[];
 BEGIN
     WITH stalled AS (
-        SELECT j.id, qs.max_stalls AS budget
+        SELECT j.id, qs.max_stalls AS budget,
+               jsonb_build_object(
+                   'type', 'LeaseExpired', 'attempt', j.attempts, 'at', now(),
+                   'stalls', j.stalls + 1,
+                   'message', CASE WHEN qs.max_stalls IS NOT NULL AND j.stalls + 1 > qs.max_stalls
+                                   THEN 'job stalled more than allowable limit'
+                                   ELSE format('lease expired during attempt %s: its worker'
+                                               ' stopped heartbeating', j.attempts) END) AS error
         FROM {schema}.jobs j
         LEFT JOIN {schema}.queue_settings qs ON qs.queue = j.queue
         WHERE j.status = 'running' AND j.locked_until < now()
@@ -43,16 +50,8 @@ BEGIN
             finished_at = CASE
                 WHEN (s.budget IS NULL AND j.attempts >= j.max_attempts)
                      OR (s.budget IS NOT NULL AND j.stalls + 1 > s.budget) THEN now() END,
-            last_error = CASE
-                WHEN s.budget IS NOT NULL AND j.stalls + 1 > s.budget THEN jsonb_build_object(
-                    'type', 'LeaseExpired', 'attempt', j.attempts, 'at', now(),
-                    'stalls', j.stalls + 1,
-                    'message', 'job stalled more than allowable limit')
-                ELSE jsonb_build_object(
-                    'type', 'LeaseExpired', 'attempt', j.attempts, 'at', now(),
-                    'stalls', j.stalls + 1,
-                    'message', format('lease expired during attempt %s: its worker stopped'
-                                      ' heartbeating', j.attempts)) END
+            last_error = s.error,
+            errors = {schema}.with_attempt_error(j.errors, s.error)
         FROM stalled s
         WHERE j.id = s.id
         RETURNING j.id, j.status, j.queue, j.flow_id, j.job_key
