@@ -107,6 +107,8 @@ class WorkerOptions(QueueBaseOptions, total=False):
     removeOnComplete: bool | int | KeepJobs
     removeOnFail: bool | int | KeepJobs
     settings: WorkerSettings
+    shutdownTimeout: int
+    """pgjobs: ms running jobs get on ``close()`` before they are given back (default 1 h)."""
 
 
 class QueueEventsOptions(QueueBaseOptions, total=False):

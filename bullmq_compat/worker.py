@@ -113,6 +113,7 @@ class Worker(EventEmitter):
         self._scheduler: pgjobs.Scheduler | None = None
         self._started = asyncio.Event()
         self._close_requested = asyncio.Event()
+        self._closed = asyncio.Event()
         self._task: asyncio.Future[None] | None = None
         if processor is not None and self.opts.get("autorun", True):
             self._task = asyncio.ensure_future(self.run())
@@ -315,10 +316,19 @@ class Worker(EventEmitter):
     # -- lifecycle -------------------------------------------------------------------------
 
     async def close(self, force: bool = False) -> None:
-        """Stop fetching and wait for the jobs in flight, then release the connection and emit
-        ``closed``. With ``force``, stop at once: running jobs are abandoned as a killed worker
-        leaves them, to the stalled-job check once their lock ends (as BullMQ does)."""
+        """Stop fetching and wait for the jobs in flight (for up to the ``shutdownTimeout``
+        option, ms, a pgjobs extension; then they are given back to waiting without using an
+        attempt), then release the connection and emit ``closed``. With ``force``, stop at
+        once: running jobs are abandoned as a killed worker leaves them, to the stalled-job
+        check once their lock ends (as BullMQ does). A second call while the first waits gives
+        the running jobs back at once (abandons them, with ``force``)."""
         if self.closed:
+            return
+        if self.closing:  # a second close while the first waits for running jobs
+            if self._engine_worker is not None:
+                # give them back now (pending, no attempt used), or abandon them with force
+                await self._engine_worker.stop(timeout=0, release=not force)
+            await self._closed.wait()
             return
         self.closing = True
         self._close_requested.set()
@@ -326,13 +336,18 @@ class Worker(EventEmitter):
             if force:
                 await self._engine_worker.stop(timeout=0, release=False)
             else:
-                await self._engine_worker.stop(timeout=3600)
+                # shutdownTimeout (pgjobs): how long running jobs get before they are given back
+                timeout = self.opts.get("shutdownTimeout")
+                await self._engine_worker.stop(
+                    timeout=3600 if timeout is None else float(timeout) / 1000
+                )
         if self._task is not None:
             with contextlib.suppress(Exception):  # already reported on "error"
                 await self._task
         await self.settle()
         await self.connection.close()
         self.closed = True
+        self._closed.set()
         self.emit("closed")
 
     RateLimitError = RateLimitError

@@ -60,18 +60,23 @@ from pgjobs.models import (
 )
 from pgjobs.ops import RunningPolicy
 from pgjobs.outcomes import Delayed, Fatal, Retry, WaitForPrerequisites
+from pgjobs.process import CONNECTION_ERRORS, CommandError, configure_logging, load_object
+from pgjobs.process import serve as serve_with_signals
 from pgjobs.queues import QueueSettings
 from pgjobs.retrying import retry_delay
 from pgjobs.schedules import Schedule, Scheduler
+from pgjobs.telemetry import Telemetry
 from pgjobs.tracking import Granularity, JobOrder
 from pgjobs.validation import text as validate_text
 from pgjobs.worker import Worker, WorkerOptions, WorkerStats
 
 __all__ = [
+    "CONNECTION_ERRORS",
     "DEFAULT_SCHEMA",
     "TRANSIENT_ERRORS",
     "Backoff",
     "BatchOptions",
+    "CommandError",
     "DedupRaceError",
     "Delayed",
     "DuplicateKind",
@@ -128,18 +133,22 @@ __all__ = [
     "Status",
     "SubState",
     "SubmittedFlow",
+    "Telemetry",
     "UnknownKind",
     "WaitForPrerequisites",
     "Worker",
     "WorkerInfo",
     "WorkerOptions",
     "WorkerStats",
+    "configure_logging",
     "create_pool",
     "dsn_from_env",
     "jsonb_problem",
     "jsonb_safe",
+    "load_object",
     "retry_delay",
     "schedule_maintenance",
+    "serve_with_signals",
     "text_safe",
     "validate_schema",
     "validate_text",

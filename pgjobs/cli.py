@@ -14,15 +14,17 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-import asyncpg
-
 from pgjobs.config import DEFAULT_SCHEMA, dsn_from_env
 from pgjobs.errors import PgJobsError
 from pgjobs.migrate import migrate
-from pgjobs.process import CommandError, configure_logging, health, load_registry, serve
-
-CONNECTION_ERRORS = (OSError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError)
-"""What a bad DSN, an unreachable server, an unknown database or role raise."""
+from pgjobs.process import (
+    CONNECTION_ERRORS,
+    CommandError,
+    configure_logging,
+    health,
+    load_registry,
+    serve,
+)
 
 
 def _version() -> str:

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
+
 from pgjobs.kinds import Registry
 
 logger = logging.getLogger("pgjobs.process")
@@ -32,12 +34,27 @@ class CommandError(Exception):
     """A problem the command reports in one line (exit status 2), with nothing started."""
 
 
+CONNECTION_ERRORS = (OSError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError)
+"""What a bad DSN, an unreachable server, an unknown database or role raise."""
+
+
 def load_registry(target: str) -> Registry:
     """The Registry named ``MODULE:ATTRIBUTE`` (an attribute that is a callable is called, so
     a factory works too). The current directory is importable, as for ``python -m``."""
+    found = load_object(target, "MODULE:REGISTRY, e.g. myapp.jobs:registry")
+    if callable(found) and not isinstance(found, Registry):
+        found = found()
+    if not isinstance(found, Registry):
+        raise CommandError(f"{target} is a {type(found).__name__}, not a pgjobs.Registry")
+    return found
+
+
+def load_object(target: str, expected: str = "MODULE:ATTRIBUTE") -> Any:
+    """The attribute named ``MODULE:ATTRIBUTE``, imported with the current directory on the
+    path; CommandError (one line: what failed) otherwise."""
     module_name, sep, attribute = target.partition(":")
     if not sep or not module_name or not attribute:
-        raise CommandError(f"{target!r}: expected MODULE:REGISTRY, e.g. myapp.jobs:registry")
+        raise CommandError(f"{target!r}: expected {expected}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -48,12 +65,7 @@ def load_registry(target: str) -> Registry:
         ) from exc
     if not hasattr(module, attribute):
         raise CommandError(f"module {module_name!r} has no attribute {attribute!r}")
-    found = getattr(module, attribute)
-    if callable(found) and not isinstance(found, Registry):
-        found = found()
-    if not isinstance(found, Registry):
-        raise CommandError(f"{target} is a {type(found).__name__}, not a pgjobs.Registry")
-    return found
+    return getattr(module, attribute)
 
 
 class JsonLines(logging.Formatter):
