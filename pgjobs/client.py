@@ -475,6 +475,12 @@ class JobQueue:
             )
         )
 
+    async def cancel_matching(self, where: JobFilter) -> list[int]:
+        """Cancel every pending or running job matching ``where`` in one transaction, as
+        ``cancel`` does each; returns the ids cancelled. ``where.tenant`` scopes it to one
+        tenant (None: every tenant's jobs)."""
+        return await self._ops.cancel_where(where)
+
     async def cancel_flow(
         self, flow_id: int, *, tenant: str | None = None, any_tenant: bool = False
     ) -> list[int]:

@@ -44,6 +44,27 @@ class Operations:
 
         return await self._db.in_transaction(work, connection)
 
+    async def cancel_where(self, where: JobFilter) -> list[int]:
+        """Cancel every pending or running job matching ``where`` (as it stands when the call
+        reads it), in one transaction; returns the ids cancelled."""
+        sql, params = filters.where(where, 1, "j", self._db.schema)
+
+        async def work(conn: Connection) -> list[int]:
+            ids = [
+                row["id"]
+                for row in await self._db.fetch(
+                    "in_flight_ids_where", *params, conn=conn, parts={"where": sql}
+                )
+            ]
+            if not ids:
+                return []
+            rows = await self._db.fetch(
+                "cancel_jobs", ids, where.tenant, where.tenant is None, self._channel, conn=conn
+            )
+            return [row["id"] for row in rows]
+
+        return await self._db.in_transaction(work)
+
     async def cancel_flow(self, flow_id: int, *, tenant: str | None, any_tenant: bool) -> list[int]:
         async def work(conn: Connection) -> list[int]:
             ids = [

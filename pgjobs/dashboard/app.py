@@ -16,6 +16,7 @@ import json
 import secrets
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from importlib import resources
 from typing import Any
 from urllib.parse import urlencode
 
@@ -48,10 +49,23 @@ BULLMQ_STATES = {
 """BullMQ's state names a facade user may filter by (?sub_state=waiting), as the engine's
 sub-states; delayed, active, completed and failed are spelt the same."""
 OUTCOMES = ["running", "failed", "completed_with_failures", "completed"]
+LIST_FILTERS = ("sub_state", "kind", "name_prefix", "dedup_key")
+"""The filters of a queue's job list (query string, and the bulk actions' form)."""
+FINISHED = frozenset({SubState.COMPLETED, SubState.FAILED, SubState.CANCELLED})
+BULK_ACTIONS: dict[str, frozenset[SubState]] = {
+    "retry": FINISHED,
+    "cancel": frozenset(SubState) - FINISHED,
+    "remove": frozenset(SubState) - {SubState.ACTIVE},
+}
+"""The actions on a selection or a filter, and the sub-states each applies to: a retry
+re-drives finished jobs, a cancel ends pending and running ones, a remove deletes all but the
+running (left alone, as purge does)."""
+MAX_SELECTION = 1000
 EDGE_COLOURS = {"block": "#888", "cascade": "#d05050", "ignore": "#5080d0", "continue": "#50a050"}
 
 
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+LIVE_SCRIPT = (resources.files("pgjobs.dashboard") / "static" / "live.js").read_text("utf-8")
 
 
 def _labels(**labels: str) -> str:
@@ -269,17 +283,21 @@ class Dashboard:
             })  # fmt: skip
         return await self.render(request, "queues", queues=rows, sub_states=SUB_STATES)
 
-    async def queue_jobs(self, request: Request) -> Response:
-        tenant = await self.tenant(request)
-        queue = queue_of(request.path_params["queue"])
-        q = request.query_params
-        page = self.page_of(request)
-        filters: dict[str, Any] = {
-            k: q.get(k) or None for k in ("sub_state", "kind", "name_prefix", "dedup_key")
-        }
+    @staticmethod
+    def list_filters(values: Any) -> dict[str, Any]:
+        """The job list's filters from a query string or a form (BullMQ's state names taken
+        as the engine's sub-states); 400 for an unknown sub-state."""
+        filters: dict[str, Any] = {k: values.get(k) or None for k in LIST_FILTERS}
         filters["sub_state"] = BULLMQ_STATES.get(filters["sub_state"], filters["sub_state"])
         if filters["sub_state"] and filters["sub_state"] not in SUB_STATES:
             raise HTTPException(400, f"unknown sub_state {filters['sub_state']!r}")
+        return filters
+
+    async def queue_jobs(self, request: Request) -> Response:
+        tenant = await self.tenant(request)
+        queue = queue_of(request.path_params["queue"])
+        page = self.page_of(request)
+        filters = self.list_filters(request.query_params)
         where = JobFilter(queue=queue, tenant=tenant, **filters)
         rows = await self.jobs.list_jobs(where, limit=PAGE + 1, offset=page * PAGE)
 
@@ -399,6 +417,10 @@ class Dashboard:
             raise HTTPException(404, f"no job {job_id}")
         return await self.render(request, "remove", job=row)
 
+    async def live_script(self, request: Request) -> Response:
+        """The one script of the dashboard (served from here, so the CSP stays 'self')."""
+        return Response(LIVE_SCRIPT, media_type="text/javascript")
+
     async def health(self, request: Request) -> Response:
         """200 when the database answers and the schema is this code's; else 503. JSON, with
         the number of heartbeating workers (a load balancer's or an orchestrator's probe)."""
@@ -492,6 +514,47 @@ class Dashboard:
             raise HTTPException(404, f"no action {action!r}")
         return self.back(request, "/", f"queue {queue}: {action}d")
 
+    async def bulk(self, request: Request) -> Response:
+        """An action on the selected jobs of a queue's list, or on every job matching its
+        filter: first a page that says how many jobs it applies to, then (``confirmed``) the
+        action itself, in one transaction."""
+        form = await request.form()
+        await self.checked_form(request)
+        tenant = await self.tenant(request)
+        queue = queue_of(request.path_params["queue"])
+        do = str(form.get("do") or "")
+        if do not in BULK_ACTIONS:
+            raise HTTPException(400, f"unknown action {do!r}: retry, cancel or remove")
+        matching = form.get("matching") == "1"
+        filters = self.list_filters(form) if matching else dict.fromkeys(LIST_FILTERS)
+        ids: tuple[int, ...] | None = None
+        if not matching:
+            ids = tuple(self._int(str(v)) for v in form.getlist("id"))
+            if not ids:
+                return self.back(request, f"/queues/{queue_path(queue)}", "no job selected")
+            if len(ids) > MAX_SELECTION:
+                raise HTTPException(400, f"at most {MAX_SELECTION} jobs may be selected")
+        where = JobFilter(queue=queue, tenant=tenant, ids=ids, **filters)
+        applies = BULK_ACTIONS[do]
+        counts = await self.jobs.substate_counts(where)
+        count = sum(n for state, n in counts.items() if state in applies)
+        if form.get("confirmed") != "1":
+            return await self.render(
+                request, "bulk", queue=queue, do=do, count=count, matching=matching,
+                ids=ids or (), filters=filters,
+            )  # fmt: skip
+        if do == "retry":
+            done = len(await self.jobs.requeue_finished(where))
+        elif do == "cancel":
+            done = len(await self.jobs.cancel_matching(where))
+        else:
+            done = (await self.jobs.purge(where)).deleted
+        return self.back(
+            request,
+            f"/queues/{queue_path(queue)}",
+            f"{do}: {done} job(s) (confirmed {form.get('expected', '?')})",
+        )
+
     async def purge(self, request: Request) -> Response:
         form = await self.checked_form(request)
         self.queue_wide(await self.tenant(request))
@@ -554,8 +617,10 @@ def create_app(
         Route("/queues/{queue:str}/metrics", d.metrics),
         Route("/queues/{queue:str}/purge", d.purge_confirm, methods=["GET"]),
         Route("/queues/{queue:str}/purge", d.purge, methods=["POST"]),
+        Route("/queues/{queue:str}/bulk", d.bulk, methods=["POST"]),
         Route("/queues/{queue:str}/{action:str}", d.queue_action, methods=["POST"]),
         Route("/health", d.health),
+        Route("/static/live.js", d.live_script),
         Route("/metrics", d.prometheus),
         Route("/jobs/{job_id:str}", d.job),
         Route("/jobs/{job_id:str}/remove", d.remove_confirm, methods=["GET"]),

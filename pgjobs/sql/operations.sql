@@ -6,6 +6,12 @@
 -- dependents and waking their queues ($4); returns the ids cancelled.
 SELECT cancelled AS id FROM {schema}.cancel_jobs($1::bigint[], $2::text, $3::bool, $4::text) AS cancelled;
 
+-- name: in_flight_ids_where
+-- The pending or running jobs matching {where}, oldest first: what a cancel by filter cancels.
+SELECT j.id FROM {schema}.jobs j
+WHERE {where} AND j.status IN ('pending', 'running')
+ORDER BY j.id;
+
 -- name: flow_job_ids
 -- The jobs of flow $1 in statuses $2, for tenant $3 (or any, $4).
 SELECT id FROM {schema}.jobs

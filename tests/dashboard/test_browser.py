@@ -10,13 +10,15 @@ import shutil
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvicorn
 from playwright.async_api import Browser, async_playwright
 
-from pgjobs import Flow, JobQueue
+from pgjobs import Fatal, Flow, JobFilter, JobQueue, SubState
 from pgjobs.dashboard import create_app
+from tests.helpers import eventually
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 """Where README's screenshots live: refreshed when PGJOBS_SCREENSHOTS=1, else left alone."""
@@ -104,3 +106,67 @@ async def test_a_thousand_node_flow_renders_and_links_every_node(
     assert box is not None and box["height"] < 2000
     await page.locator("#dag a").first.click()
     await page.wait_for_url("**/jobs/*")
+
+
+async def until(page: Any, expression: str, timeout: float = 30) -> None:
+    """Until ``expression`` is true in the page. (Playwright's wait_for_function evaluates
+    strings inside the page, which the dashboard's CSP forbids; evaluate does not.)"""
+    await eventually(lambda: page.evaluate(expression), timeout=timeout, interval=0.1)
+
+
+async def test_a_live_page_updates_in_place_and_pauses_while_hidden(
+    browser: Browser, base_url: str, jobs: JobQueue
+) -> None:
+    page = await browser.new_page()
+    await page.goto(f"{base_url}/queues/mail?refresh=5")
+    await page.evaluate("window.notReloaded = true")
+    await jobs.enqueue("work", {"n": 7}, name="arrived-while-watching")
+    await until(page, "document.querySelector('main').innerText.includes('arrived-while-watching')")
+    assert await page.evaluate("window.notReloaded") is True  # swapped in place, no reload
+    assert await page.evaluate("window.pgjobsLive.swaps") >= 1
+    assert "live, every 5 s" in await page.locator("#live-state").inner_text()
+    # the tab goes to the background: the pending poll is cancelled, nothing is fetched
+    await page.evaluate(
+        """() => {
+            Object.defineProperty(document, 'hidden', {get: () => true, configurable: true});
+            document.dispatchEvent(new Event('visibilitychange'));
+        }"""
+    )
+    assert await page.evaluate("window.pgjobsLive.paused") is True
+    assert await page.evaluate("window.pgjobsLive.scheduled()") is False
+    assert "paused while the tab is hidden" in await page.locator("#live-state").inner_text()
+    polls = await page.evaluate("window.pgjobsLive.polls")
+    # shown again: it looks at once, without waiting for a period
+    await page.evaluate(
+        """() => {
+            Object.defineProperty(document, 'hidden', {get: () => false, configurable: true});
+            document.dispatchEvent(new Event('visibilitychange'));
+        }"""
+    )
+    await until(page, f"window.pgjobsLive.polls > {polls}", timeout=5)
+    # a page where jobs are being selected is not swapped under the user
+    await page.locator('input[form="selection"]').first.check()
+    held = await page.evaluate("window.pgjobsLive.held")
+    await until(page, f"window.pgjobsLive.held > {held}")
+    assert await page.locator('input[form="selection"]:checked').count() == 1
+
+
+async def test_a_bulk_retry_of_a_thousand_failed_jobs_confirms_the_count(
+    browser: Browser, base_url: str, jobs: JobQueue, registry: Any
+) -> None:
+    @registry.kind("mass", input=dict, queue="mass", max_attempts=1)
+    async def mass(ctx: Any, data: dict) -> None:
+        raise Fatal("down")
+
+    await jobs.enqueue_batch("mass", [{"n": n} for n in range(1000)])
+    await jobs.worker(queues=["mass"], concurrency=20).run(until_drained=True)
+    page = await browser.new_page()
+    await page.goto(f"{base_url}/queues/mass?sub_state=failed")
+    await page.locator("#matching").get_by_role("button", name="Retry all…").click()
+    await page.wait_for_url("**/queues/mass/bulk")
+    assert "1000" in await page.locator("#bulk-count strong").inner_text()
+    await page.locator("#bulk-confirm").click()
+    await page.wait_for_url("**/queues/mass?message=*")
+    assert "retry: 1000 job(s)" in await page.get_by_role("status").inner_text()
+    counts = await jobs.substate_counts(JobFilter(queue="mass"))
+    assert counts[SubState.READY] == 1000 and counts[SubState.FAILED] == 0

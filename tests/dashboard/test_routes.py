@@ -356,6 +356,101 @@ async def test_the_schedules_page_shows_next_and_last_runs_and_removes(
         assert forged.status_code == 403 and await jobs.get_schedule("pulse") is not None
 
 
+async def post_pairs(client: httpx.AsyncClient, url: str, pairs: list[tuple[str, str]]) -> Any:
+    """A form POST with repeated fields (several ``id``), as a browser sends a selection."""
+    from urllib.parse import urlencode
+
+    headers = {"content-type": "application/x-www-form-urlencoded"}
+    return await client.post(url, content=urlencode(pairs), headers=headers)
+
+
+async def _dead_jobs(jobs: JobQueue, registry: Any, count: int, queue: str = "bulk") -> list[int]:
+    from pgjobs import Fatal
+
+    @registry.kind(f"doomed-{queue}", input=dict, queue=queue, max_attempts=1)
+    async def doomed(ctx: Any, data: dict) -> None:
+        if data.get("fail", True):
+            raise Fatal("doomed")
+
+    results = await jobs.enqueue_batch(f"doomed-{queue}", [{} for _ in range(count)])
+    await jobs.worker(queues=[queue], concurrency=10).run(until_drained=True)
+    return [r.id for r in results]
+
+
+async def test_bulk_actions_on_a_selection_confirm_the_count_first(
+    jobs: JobQueue, registry: Any
+) -> None:
+    dead = await _dead_jobs(jobs, registry, 5)
+    waiting = (await jobs.enqueue("doomed-bulk", {}, delay=3600)).id
+    async with client_for(jobs) as client:
+        page = await client.get("/queues/bulk")
+        token = csrf_of(page)
+        assert page.text.count('form="selection"') == 6
+        chosen = [("id", str(i)) for i in dead[:3]] + [("id", str(waiting))]
+        confirm = await post_pairs(
+            client, "/queues/bulk/bulk", [("csrf", token), ("do", "retry"), *chosen]
+        )
+        assert confirm.status_code == 200
+        # the waiting one is not finished: a retry applies to the three failed ones only
+        assert "<strong>3</strong> job(s)" in confirm.text and "4 selected" in confirm.text
+        assert {r.id for r in await jobs.list_jobs(JobFilter(sub_state="failed"))} == set(dead)
+        done = await post_pairs(
+            client,
+            "/queues/bulk/bulk",
+            [("csrf", csrf_of(confirm)), ("do", "retry"), ("confirmed", "1"), *chosen],
+        )
+        assert done.status_code == 303
+        shown = await client.get(done.headers["location"].removeprefix("http://dash"))
+        assert "retry: 3 job(s)" in shown.text
+        ready = {r.id for r in await jobs.list_jobs(JobFilter(queue="bulk", sub_state="ready"))}
+        assert ready == set(dead[:3])
+        cancel = await post_pairs(
+            client,
+            "/queues/bulk/bulk",
+            [("csrf", token), ("do", "cancel"), ("confirmed", "1"), ("id", str(waiting))],
+        )
+        assert cancel.status_code == 303
+        row = await jobs.get(waiting)
+        assert row is not None and row.status is Status.CANCELLED
+        nothing = await client.post("/queues/bulk/bulk", data={"csrf": token, "do": "retry"})
+        assert nothing.status_code == 303 and "no+job+selected" in nothing.headers["location"]
+        forged = await post_pairs(
+            client, "/queues/bulk/bulk",
+            [("csrf", "x"), ("do", "remove"), ("confirmed", "1"), ("id", str(dead[4]))],
+        )  # fmt: skip
+        assert forged.status_code == 403 and await jobs.get(dead[4]) is not None
+        unknown = await client.post("/queues/bulk/bulk", data={"csrf": token, "do": "explode"})
+        assert unknown.status_code == 400
+    async with client_for(jobs, read_only=True) as viewer:
+        page = await viewer.get("/queues/bulk")
+        assert 'form="selection"' not in page.text
+        refused = await viewer.post("/queues/bulk/bulk", data={"do": "remove", "id": dead[4]})
+        assert refused.status_code == 403
+
+
+async def test_bulk_actions_on_everything_matching_the_filter_and_per_tenant(
+    jobs: JobQueue, registry: Any
+) -> None:
+    dead = await _dead_jobs(jobs, registry, 40)
+    ours = (await jobs.enqueue("doomed-bulk", {"fail": False}, tenant="acme", delay=60)).id
+    async with client_for(jobs) as client:
+        token = csrf_of(await client.get("/queues/bulk?sub_state=failed"))
+        form = {"csrf": token, "do": "remove", "matching": "1", "sub_state": "failed"}
+        confirm = await client.post("/queues/bulk/bulk", data=form)
+        assert "<strong>40</strong> job(s)" in confirm.text
+        assert "sub_state = <code>failed</code>" in confirm.text
+        done = await client.post("/queues/bulk/bulk", data={**form, "confirmed": "1"})
+        assert done.status_code == 303
+        assert all([await jobs.get(i) is None for i in dead])
+        assert await jobs.get(ours, tenant="acme") is not None  # not failed: not matched
+    async with client_for(jobs, tenant_resolver=lambda request: "other") as other:
+        token = csrf_of(await other.get("/queues/bulk"))
+        form = {"csrf": token, "do": "cancel", "matching": "1", "confirmed": "1"}
+        assert (await other.post("/queues/bulk/bulk", data=form)).status_code == 303
+        row = await jobs.get(ours, tenant="acme")
+        assert row is not None and row.status is Status.PENDING  # another tenant's job
+
+
 async def test_a_flow_page_shows_what_blocks_it_and_offers_the_requeue(
     client: httpx.AsyncClient, seeded: dict[str, int]
 ) -> None:
@@ -418,8 +513,13 @@ async def test_pages_refresh_themselves_when_asked(
     assert 'http-equiv="refresh"' not in still.text
     assert 'href="?sub_state=failed&amp;refresh=5"' in still.text  # keeps the page's filters
     live = await client.get("/queues/mail?sub_state=failed&refresh=5")
-    assert '<meta http-equiv="refresh" content="5">' in live.text
+    # With scripts the page updates in place (static/live.js, the browser test checks it);
+    # without them it reloads.
+    assert '<body data-refresh="5">' in live.text and "/static/live.js" in live.text
+    assert '<noscript><meta http-equiv="refresh" content="5"></noscript>' in live.text
     assert '<meta http-equiv="refresh"' not in (await client.get("/?refresh=1")).text
+    script = await client.get("/static/live.js")
+    assert script.status_code == 200 and "visibilitychange" in script.text
 
 
 async def test_a_facade_job_is_shown_in_bullmq_words(jobs: JobQueue) -> None:

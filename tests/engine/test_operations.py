@@ -94,6 +94,22 @@ async def test_purge_by_each_filter_field(
     assert await remaining_ids(jobs) == {ids[k] for k in ids if k not in gone}
 
 
+async def test_cancel_matching_cancels_in_flight_jobs_of_the_filter_only(
+    jobs: JobQueue, kinds
+) -> None:
+    ids = await populate(jobs)
+    other = (await jobs.enqueue("x", {"n": 9}, queue="a", tenant="acme")).id
+    cancelled = await jobs.cancel_matching(JobFilter(queue="a", tenant=None))
+    assert sorted(cancelled) == sorted([ids["a_x"], ids["a_y"], other])
+    assert await jobs.cancel_matching(JobFilter(queue="a")) == []
+    by_id = dict(await statuses(jobs))
+    assert by_id[ids["b_x"]] == "completed" and by_id[ids["b_y_dead"]] == "dead"
+    assert by_id[ids["flow_job"]] == "pending"
+    scoped = (await jobs.enqueue("x", {"n": 10}, queue="c", tenant="acme")).id
+    assert await jobs.cancel_matching(JobFilter(queue="c", tenant="acme")) == [scoped]
+    assert dict(await statuses(jobs))[ids["flow_job"]] == "pending"  # another tenant's: kept
+
+
 async def test_purge_by_flow(jobs: JobQueue, kinds) -> None:
     ids = await populate(jobs)
     flow_id = (await jobs.get(ids["flow_job"])).flow_id  # type: ignore[union-attr]

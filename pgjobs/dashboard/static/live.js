@@ -1,0 +1,86 @@
+// Live updates for a dashboard page opened with ?refresh=N: every N seconds the page is fetched
+// again and its <main> swapped in place, without a reload, only while the tab is visible (a
+// hidden tab polls nothing and resumes when shown). A page where the user is choosing jobs
+// (a checked box, a focused field) is left alone until they are done. window.pgjobsLive
+// counts what happened, for the browser tests.
+(function () {
+  "use strict";
+  var period = Number(document.body.getAttribute("data-refresh") || 0);
+  var live = (window.pgjobsLive = { period: period, polls: 0, swaps: 0, held: 0, paused: false });
+  if (!period) {
+    return;
+  }
+  var timer = null;
+  live.scheduled = function () {
+    return timer !== null;
+  };
+  var indicator = document.getElementById("live-state");
+
+  function show(text) {
+    if (indicator) {
+      indicator.textContent = text;
+    }
+  }
+
+  function busy(main) {
+    var active = document.activeElement;
+    if (active && active !== document.body && main.contains(active) && active.tagName !== "A") {
+      return true;
+    }
+    return main.querySelector("input[type=checkbox]:checked") !== null;
+  }
+
+  function schedule() {
+    if (timer === null && !document.hidden) {
+      timer = setTimeout(poll, period * 1000);
+    }
+  }
+
+  function poll() {
+    timer = null;
+    if (document.hidden) {
+      return;
+    }
+    live.polls += 1;
+    fetch(window.location.href, { credentials: "same-origin", headers: { "X-Pgjobs-Live": "1" } })
+      .then(function (response) {
+        return response.ok ? response.text() : null;
+      })
+      .then(function (html) {
+        var main = document.querySelector("main");
+        if (html === null || main === null) {
+          return;
+        }
+        if (busy(main)) {
+          live.held += 1;
+          return;
+        }
+        var fresh = new DOMParser().parseFromString(html, "text/html").querySelector("main");
+        if (fresh) {
+          main.replaceWith(document.importNode(fresh, true));
+          live.swaps += 1;
+          show("live, every " + period + " s");
+        }
+      })
+      .catch(function () {
+        show("live: the last update failed, retrying");
+      })
+      .then(schedule);
+  }
+
+  document.addEventListener("visibilitychange", function () {
+    live.paused = document.hidden;
+    if (document.hidden) {
+      if (timer !== null) {
+        clearTimeout(timer);
+        timer = null;
+      }
+      show("paused while the tab is hidden");
+    } else {
+      show("live, every " + period + " s");
+      poll();
+    }
+  });
+  show("live, every " + period + " s");
+  schedule();
+})();
