@@ -748,6 +748,15 @@ class JobQueue:
     async def remove_schedule(self, name: str) -> bool:
         return await self._schedules.remove(name)
 
+    async def pause_schedule(self, name: str) -> bool:
+        """Stop emitting runs of schedule ``name`` until ``resume_schedule`` (an upsert also
+        resumes it); see Schedules.pause."""
+        return await self._schedules.pause(name)
+
+    async def resume_schedule(self, name: str) -> datetime | None:
+        """Emit runs of a paused schedule again, skipping those missed; its next run time."""
+        return await self._schedules.resume(name)
+
     async def emit_due_schedules(self, *, catch_up: bool = False) -> int:
         """Emit the jobs of due schedule ticks once; see Scheduler for a loop."""
         return await self._schedules.emit_due(catch_up=catch_up)

@@ -163,6 +163,10 @@ class JobFilter:
     """Only ids above it: keyset paging through list_jobs(oldest_first=True)."""
     before_id: int | None = None
     """Only ids below it: keyset paging newest first."""
+    payload_equals: tuple[str, Any] | None = None
+    """``(path, value)``: jobs whose payload holds the JSON ``value`` at the dotted ``path``
+    (``"user.id"``, ``"items.0.sku"``: a number indexes an array), compared as JSON (42 is
+    not "42"). Not indexed: narrow it with ``queue`` or another filter on a big table."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,6 +72,8 @@ class Schedule:
     materialized: bool = False
     pending_job_id: int | None = None
     """For a materialized schedule: the job of its next run (None once none is left)."""
+    paused: bool = False
+    """Paused (``pause_schedule``): it emits nothing until resumed or upserted again."""
 
 
 def _zone(name: str) -> ZoneInfo:
@@ -276,6 +278,41 @@ class Schedules:
         False if there was none."""
         return await self._db.fetchrow("remove_schedule", name) is not None
 
+    async def pause(self, name: str) -> bool:
+        """Stop emitting runs of ``name`` until ``resume`` (or an upsert, which redefines it);
+        a materialized schedule's pending run is removed unless it has started. False when
+        there is no such schedule or it is paused already."""
+        async with self._db.transaction() as conn:
+            row = await self._db.fetchrow("lock_schedule", name, conn=conn)
+            if row is None or row["paused_at"] is not None:
+                return False
+            removed = 0
+            if row["materialized"] and row["pending_job_id"] is not None:
+                gone = await self._db.fetch(
+                    "remove_unstarted_job", row["pending_job_id"], conn=conn
+                )
+                removed = len(gone)
+            await self._db.fetch("pause_schedule", name, removed, conn=conn)
+            return True
+
+    async def resume(self, name: str) -> datetime | None:
+        """Emit runs of a paused ``name`` again, from its next time not yet past (the runs
+        missed while paused are skipped); returns that time (None: none left, or not paused)."""
+        async with self._db.transaction() as conn:
+            row = await self._db.fetchrow("lock_schedule", name, conn=conn)
+            if row is None or row["paused_at"] is None:
+                return None
+            tick: datetime | None = row["next_run_at"]
+            if tick is not None and tick <= row["db_now"]:
+                tick = self._after(row, tick, now=row["db_now"])
+            await self._db.fetch("resume_schedule", name, tick, conn=conn)
+            if row["materialized"] and tick is not None:
+                job_id, tick = await self._enqueue_run(conn, row, tick)
+                await self._db.fetch("set_pending_run", name, job_id, tick, 1, None, conn=conn)
+            if tick is not None:
+                await self._db.fetch("notify_schedules", self._channel, conn=conn)
+            return tick
+
     async def started(self, rows: Sequence[Any]) -> None:
         """Claimed jobs have started: for each that is the pending run of a materialized
         schedule, enqueue that schedule's next run. Safe under retries and concurrency: done
@@ -430,6 +467,7 @@ def _schedule(row: Any) -> Schedule:
         options=jsonvalue.loads(row["options"]),
         materialized=row["materialized"],
         pending_job_id=row["pending_job_id"],
+        paused=row["paused_at"] is not None,
     )
 
 

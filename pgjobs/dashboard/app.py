@@ -29,7 +29,7 @@ from starlette.routing import Route
 from pgjobs.client import JobQueue
 from pgjobs.dashboard import graph
 from pgjobs.dashboard.pages import ENVIRONMENT, queue_of, queue_path
-from pgjobs.errors import PgJobsError
+from pgjobs.errors import InvalidOption, PgJobsError
 from pgjobs.models import FlowFilter, JobFilter, SubState
 
 TenantResolver = Callable[[Request], "str | Awaitable[str | None] | None"]
@@ -48,8 +48,17 @@ BULLMQ_STATES = {
 }
 """BullMQ's state names a facade user may filter by (?sub_state=waiting), as the engine's
 sub-states; delayed, active, completed and failed are spelt the same."""
+BULLMQ_FILTERS = [
+    ("waiting", "ready"),
+    ("delayed", "delayed"),
+    ("waiting-children", "waiting_children"),
+    ("active", "active"),
+    ("completed", "completed"),
+    ("failed", "failed"),
+]
+"""The state choices of a facade queue's list, in BullMQ's words, with the sub-state each is."""
 OUTCOMES = ["running", "failed", "completed_with_failures", "completed"]
-LIST_FILTERS = ("sub_state", "kind", "name_prefix", "dedup_key")
+LIST_FILTERS = ("sub_state", "kind", "name_prefix", "dedup_key", "payload")
 """The filters of a queue's job list (query string, and the bulk actions' form)."""
 FINISHED = frozenset({SubState.COMPLETED, SubState.FAILED, SubState.CANCELLED})
 BULK_ACTIONS: dict[str, frozenset[SubState]] = {
@@ -293,12 +302,31 @@ class Dashboard:
             raise HTTPException(400, f"unknown sub_state {filters['sub_state']!r}")
         return filters
 
+    @staticmethod
+    def job_filter(
+        queue: str, tenant: str | None, filters: dict[str, Any], ids: tuple[int, ...] | None = None
+    ) -> JobFilter:
+        """The JobFilter of a queue's list: its filters, the payload one (``path = value``,
+        the value read as JSON when it is JSON, else as a string) parsed; 400 naming it."""
+        fields = {k: v for k, v in filters.items() if k != "payload"}
+        payload = filters.get("payload")
+        if payload:
+            path, sep, text = payload.partition("=")
+            if not sep or not path.strip():
+                raise HTTPException(400, f"payload filter must be 'path = value', got {payload!r}")
+            try:
+                value = json.loads(text.strip())
+            except ValueError:
+                value = text.strip()
+            fields["payload_equals"] = (path.strip(), value)
+        return JobFilter(queue=queue, tenant=tenant, ids=ids, **fields)
+
     async def queue_jobs(self, request: Request) -> Response:
         tenant = await self.tenant(request)
         queue = queue_of(request.path_params["queue"])
         page = self.page_of(request)
         filters = self.list_filters(request.query_params)
-        where = JobFilter(queue=queue, tenant=tenant, **filters)
+        where = self.job_filter(queue, tenant, filters)
         rows = await self.jobs.list_jobs(where, limit=PAGE + 1, offset=page * PAGE)
 
         def query(p: int) -> str:
@@ -307,6 +335,7 @@ class Dashboard:
         return await self.render(
             request, "jobs", queue=queue, jobs=rows[:PAGE], more=len(rows) > PAGE, page=page,
             filters=filters, sub_states=SUB_STATES, query=query,
+            bullmq_states=BULLMQ_FILTERS, chosen=request.query_params.get("sub_state"),
         )  # fmt: skip
 
     async def job(self, request: Request) -> Response:
@@ -337,6 +366,27 @@ class Dashboard:
             filters=filters, outcomes=OUTCOMES, query=query,
         )  # fmt: skip
 
+    async def search(self, request: Request) -> Response:
+        """A job by id: the pgjobs id, or a custom id (BullMQ's jobId, a job key) in any queue.
+        One match opens the job; several are listed; none answers 404."""
+        tenant = await self.tenant(request)
+        wanted = (request.query_params.get("id") or "").strip()
+        if not wanted:
+            raise HTTPException(400, "give a job id: /search?id=...")
+        found = []
+        if wanted.isdigit() and len(wanted) <= 18:
+            row = await self.jobs.get(int(wanted), **self.scope(tenant))
+            if row is not None:
+                found.append(row)
+        if len(wanted.encode()) <= 1024 and "\x00" not in wanted:
+            keyed = await self.jobs.list_jobs(JobFilter(job_key=wanted, tenant=tenant), limit=50)
+            found += [row for row in keyed if all(row.id != f.id for f in found)]
+        if not found:
+            raise HTTPException(404, f"no job with id {wanted!r}")
+        if len(found) == 1:
+            return RedirectResponse(f"{self.root}/jobs/{found[0].id}", 303)
+        return await self.render(request, "search", wanted=wanted, found=found)
+
     async def workers(self, request: Request) -> Response:
         await self._fleet_wide(request)
         return await self.render(request, "workers", workers=await self.jobs.list_workers())
@@ -345,13 +395,29 @@ class Dashboard:
         await self._fleet_wide(request)
         return await self.render(request, "schedules", schedules=await self.jobs.list_schedules())
 
-    async def schedule_remove(self, request: Request) -> Response:
+    async def schedule_action(self, request: Request) -> Response:
+        """Pause, resume or remove a schedule."""
         await self.checked_form(request)
         await self._fleet_wide(request)
         name = queue_of(request.path_params["name"])
-        if not await self.jobs.remove_schedule(name):
+        action = request.path_params["action"]
+        if await self.jobs.get_schedule(name) is None:
             raise HTTPException(404, f"no schedule {name!r}")
-        return self.back(request, "/schedules", f"schedule {name} removed")
+        if action == "remove":
+            await self.jobs.remove_schedule(name)
+            return self.back(request, "/schedules", f"schedule {name} removed")
+        if action == "pause":
+            done = await self.jobs.pause_schedule(name)
+            return self.back(
+                request,
+                "/schedules",
+                f"schedule {name} {'paused' if done else 'was paused already'}",
+            )
+        if action == "resume":
+            tick = await self.jobs.resume_schedule(name)
+            after = f", next run {tick:%Y-%m-%d %H:%M:%S}" if tick else ""
+            return self.back(request, "/schedules", f"schedule {name} resumed{after}")
+        raise HTTPException(404, f"no action {action!r}")
 
     async def _fleet_wide(self, request: Request) -> None:
         """Workers and schedules serve every tenant: not shown under a tenant resolver."""
@@ -534,7 +600,7 @@ class Dashboard:
                 return self.back(request, f"/queues/{queue_path(queue)}", "no job selected")
             if len(ids) > MAX_SELECTION:
                 raise HTTPException(400, f"at most {MAX_SELECTION} jobs may be selected")
-        where = JobFilter(queue=queue, tenant=tenant, ids=ids, **filters)
+        where = self.job_filter(queue, tenant, filters, ids)
         applies = BULK_ACTIONS[do]
         counts = await self.jobs.substate_counts(where)
         count = sum(n for state, n in counts.items() if state in applies)
@@ -603,8 +669,11 @@ def create_app(
     d = Dashboard(jobs, read_only=read_only, tenant_resolver=tenant_resolver, root_path=root_path)
 
     async def error(request: Request, exc: Exception) -> Response:
-        status = exc.status_code if isinstance(exc, HTTPException) else 500
-        detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
+        if isinstance(exc, InvalidOption):  # a filter the engine refused: the request's fault
+            status, detail = 400, str(exc)
+        else:
+            status = exc.status_code if isinstance(exc, HTTPException) else 500
+            detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
         html = ENVIRONMENT.get_template("error.html").render(
             root=d.root, read_only=d.read_only, tenant=None, csrf="", message=None,
             status=status, detail=detail, refresh=None, refresh_query=lambda period: "",
@@ -627,9 +696,10 @@ def create_app(
         Route("/jobs/{job_id:str}/{action:str}", d.job_action, methods=["POST"]),
         Route("/flows", d.flows),
         Route("/workers", d.workers),
+        Route("/search", d.search),
         Route("/schedules", d.schedules),
-        Route("/schedules/{name:str}/remove", d.schedule_remove, methods=["POST"]),
+        Route("/schedules/{name:str}/{action:str}", d.schedule_action, methods=["POST"]),
         Route("/flows/{flow_id:str}", d.flow),
         Route("/flows/{flow_id:str}/requeue", d.flow_requeue, methods=["POST"]),
     ]
-    return Starlette(routes=routes, exception_handlers={HTTPException: error})
+    return Starlette(routes=routes, exception_handlers={HTTPException: error, InvalidOption: error})

@@ -50,6 +50,22 @@ def _int(option: str, low: int, high: int) -> Callable[[Any], Any]:
     return lambda v: validation.integer(option, v, low, high)
 
 
+def _payload_equals(value: Any) -> str:
+    """``(path, value)`` as the one JSON parameter of the payload_equals template."""
+    from pgjobs import jsonvalue
+
+    if not isinstance(value, tuple | list) or len(value) != 2 or not isinstance(value[0], str):
+        raise InvalidOption("payload_equals", f"must be (dotted path, JSON value), got {value!r}")
+    path, wanted = value
+    segments = path.split(".")
+    if not path or any(not segment for segment in segments):
+        raise InvalidOption("payload_equals", f"path must be like 'user.id', got {path!r}")
+    try:
+        return jsonvalue.dumps({"path": segments, "value": wanted})
+    except jsonvalue.NotJson as exc:
+        raise InvalidOption("payload_equals", f"value is not JSON: {exc}") from None
+
+
 # field -> (SQL template over {a} = alias and {p} = placeholder, validator of the value)
 _JOB_RULES: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "queue": ("{a}.queue = {p}::text", validation.queue),
@@ -73,6 +89,11 @@ _JOB_RULES: dict[str, tuple[str, Callable[[Any], Any]]] = {
     # keyset paging: list_jobs(oldest_first=True) with after_id = the last id of the page read
     "after_id": ("{a}.id > {p}::bigint", _int("after_id", 0, 2**63 - 1)),
     "before_id": ("{a}.id < {p}::bigint", _int("before_id", 0, 2**63 - 1)),
+    "payload_equals": (
+        "{a}.payload #> ARRAY(SELECT jsonb_array_elements_text({p}::jsonb -> 'path'))"
+        " = {p}::jsonb -> 'value'",
+        _payload_equals,
+    ),
 }
 
 # Flow summaries (alias f, see tracking.sql list_flows); {s} is the schema.

@@ -14,6 +14,7 @@ ON CONFLICT (name) DO UPDATE SET
     cron = excluded.cron, every_seconds = excluded.every_seconds, timezone = excluded.timezone,
     start_at = excluded.start_at, end_at = excluded.end_at,
     emission_limit = excluded.emission_limit, materialized = excluded.materialized,
+    paused_at = NULL,  -- a schedule redefined runs again
     next_run_at = CASE WHEN s.emission_limit IS NULL OR excluded.emission_limit IS NULL
                             OR s.emitted < excluded.emission_limit
                        THEN excluded.next_run_at END,
@@ -23,18 +24,21 @@ RETURNING name, next_run_at, emitted, pending_job_id, (xmax = 0) AS created,
 
 -- name: list_schedules
 SELECT name, kind, payload, options, cron, every_seconds, timezone, start_at, end_at,
-       emission_limit, emitted, next_run_at, last_run_at, materialized, pending_job_id
+       emission_limit, emitted, next_run_at, last_run_at, materialized, pending_job_id,
+       paused_at
 FROM {schema}.schedules ORDER BY name;
 
 -- name: get_schedule
 SELECT name, kind, payload, options, cron, every_seconds, timezone, start_at, end_at,
-       emission_limit, emitted, next_run_at, last_run_at, materialized, pending_job_id
+       emission_limit, emitted, next_run_at, last_run_at, materialized, pending_job_id,
+       paused_at
 FROM {schema}.schedules WHERE name = $1;
 
 -- name: lock_schedule
 -- A schedule, locked until the transaction ends (advancing or replacing its pending run).
 SELECT name, kind, payload, options, cron, every_seconds, timezone, start_at, end_at,
        emission_limit, emitted, next_run_at, last_run_at, materialized, pending_job_id,
+       paused_at,
        now() AS db_now
 FROM {schema}.schedules WHERE name = $1
 FOR UPDATE;
@@ -74,7 +78,7 @@ SELECT name, kind, payload, options, cron, every_seconds, timezone, start_at, en
        emission_limit, emitted, next_run_at, now() AS db_now
 FROM {schema}.schedules
 WHERE next_run_at IS NOT NULL AND next_run_at <= now() AND kind = ANY($2::text[])
-  AND NOT materialized
+  AND NOT materialized AND paused_at IS NULL
 ORDER BY next_run_at
 LIMIT $1
 FOR UPDATE SKIP LOCKED;
@@ -86,7 +90,24 @@ WHERE name = $1;
 
 -- name: next_schedule_due
 SELECT extract(epoch FROM min(next_run_at) - now())::float8 FROM {schema}.schedules
-WHERE next_run_at IS NOT NULL AND NOT materialized;
+WHERE next_run_at IS NOT NULL AND NOT materialized AND paused_at IS NULL;
+
+-- name: pause_schedule
+-- Schedule $1 (locked by lock_schedule) is paused: no pending run (its unstarted one, $2 of
+-- them, was removed and is no longer counted as made); next_run_at keeps the run it would
+-- have made.
+UPDATE {schema}.schedules
+SET paused_at = now(), pending_job_id = NULL, emitted = emitted - $2, updated_at = now()
+WHERE name = $1;
+
+-- name: notify_schedules
+-- Wake the schedulers (an empty payload on the jobs channel, as upsert_schedule sends).
+SELECT pg_notify($1, '');
+
+-- name: resume_schedule
+-- Schedule $1 (locked) runs again, next at $2.
+UPDATE {schema}.schedules SET paused_at = NULL, next_run_at = $2, updated_at = now()
+WHERE name = $1;
 
 -- name: stranded_schedules
 -- Materialized schedules of kinds $1 whose pending run has started, finished or vanished

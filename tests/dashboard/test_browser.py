@@ -170,3 +170,38 @@ async def test_a_bulk_retry_of_a_thousand_failed_jobs_confirms_the_count(
     assert "retry: 1000 job(s)" in await page.get_by_role("status").inner_text()
     counts = await jobs.substate_counts(JobFilter(queue="mass"))
     assert counts[SubState.READY] == 1000 and counts[SubState.FAILED] == 0
+
+
+async def test_search_by_id_payload_filter_and_the_fleet_pages(
+    browser: Browser, base_url: str, jobs: JobQueue, seeded: dict[str, int], tmp_path: Path
+) -> None:
+    wanted = await jobs.enqueue("work", {"user": {"id": 42}}, job_key="order-42")
+    await jobs.enqueue("work", {"user": {"id": 7}})
+    await jobs.upsert_schedule("nightly", "work", {"n": 1}, cron="0 3 * * *", queue="mail")
+    page = await browser.new_page(viewport={"width": 1280, "height": 800})
+    await page.goto(base_url + "/")
+    await page.get_by_role("searchbox").fill("order-42")
+    await page.get_by_role("searchbox").press("Enter")
+    await page.wait_for_url(f"**/jobs/{wanted.id}")
+    await page.goto(f"{base_url}/queues/mail")
+    await page.get_by_label("payload").fill("user.id = 42")
+    await page.get_by_role("button", name="Filter").click()
+    await page.wait_for_url("**/queues/mail?*payload=*")
+    assert await page.locator("tr[data-job]").count() == 1
+    assert await page.locator(f'tr[data-job="{wanted.id}"]').count() == 1
+    await page.goto(base_url + "/schedules")
+    row = page.locator("tr.schedule")
+    await row.get_by_role("button", name="Pause").click()
+    await page.wait_for_url("**/schedules?message=*")
+    assert await page.locator("tr.schedule [data-paused]").count() == 1
+    schedule = await jobs.get_schedule("nightly")
+    assert schedule is not None and schedule.paused
+    worker = jobs.worker(queues=["mail"], name="browser-test-worker")
+    running = asyncio.create_task(worker.run())
+    await eventually(lambda: jobs.list_workers("mail"))
+    await page.goto(base_url + "/workers")
+    assert "browser-test-worker" in await page.locator("tr.worker").inner_text()
+    shots = DOCS if os.environ.get("PGJOBS_SCREENSHOTS") == "1" else tmp_path
+    await page.screenshot(path=str(shots / "dashboard-workers.png"))
+    await worker.stop()
+    await running

@@ -128,7 +128,8 @@ async def test_job_queue_flow_and_purge_actions(
 async def test_read_only_refuses_every_action(jobs: JobQueue, seeded: dict[str, int]) -> None:
     async with client_for(jobs, read_only=True) as client:
         page = await client.get(f"/jobs/{seeded['failed']}")
-        assert page.status_code == 200 and "<form" not in page.text and "read-only" in page.text
+        assert page.status_code == 200 and "read-only" in page.text
+        assert 'method="post"' not in page.text  # no action form (the id search is a GET)
         token = page.cookies.get("pgjobs_csrf") or "x"
         for path in (f"/jobs/{seeded['failed']}/retry", "/queues/mail/pause",
                      "/queues/mail/purge", f"/flows/{seeded['flow']}/requeue"):  # fmt: skip
@@ -328,7 +329,7 @@ async def test_the_workers_page_lists_heartbeating_workers(jobs: JobQueue, regis
     assert "no worker is running" in after
 
 
-async def test_the_schedules_page_shows_next_and_last_runs_and_removes(
+async def test_the_schedules_page_shows_runs_and_pauses_resumes_and_removes(
     jobs: JobQueue, registry: Any
 ) -> None:
     registry.declare("report", input=dict)
@@ -344,7 +345,24 @@ async def test_the_schedules_page_shows_next_and_last_runs_and_removes(
         schedule = await jobs.get_schedule("nightly/<report>")
         assert schedule is not None and schedule.next_run_at is not None
         assert schedule.next_run_at.strftime("%Y-%m-%d %H:%M:%S") in nightly
-        action = re.search(r'action="([^"]*nightly[^"]*)"', nightly)
+        actions = re.findall(r'action="([^"]*nightly[^"]*)"', nightly)
+        assert [a.rsplit("/", 1)[1] for a in actions] == ["pause", "remove"]
+        paused = await client.post(actions[0], data={"csrf": csrf_of(page)})
+        assert paused.status_code == 303
+        after = await client.get("/schedules")
+        nightly_after = next(
+            r
+            for r in re.findall(r'<tr class="schedule">.*?</tr>', after.text, re.S)
+            if "nightly" in r
+        )
+        assert "data-paused" in nightly_after and "/resume" in nightly_after
+        assert (await jobs.get_schedule("nightly/<report>")).paused  # type: ignore[union-attr]
+        resume = re.search(r'action="([^"]*nightly[^"]*/resume)"', nightly_after)
+        assert resume is not None
+        resumed = await client.post(resume.group(1), data={"csrf": csrf_of(after)})
+        assert resumed.status_code == 303 and "resumed" in resumed.headers["location"]
+        assert not (await jobs.get_schedule("nightly/<report>")).paused  # type: ignore[union-attr]
+        action = re.search(r'action="([^"]*nightly[^"]*/remove)"', nightly)
         assert action is not None
         removed = await client.post(action.group(1), data={"csrf": csrf_of(page)})
         assert removed.status_code == 303
@@ -451,6 +469,37 @@ async def test_bulk_actions_on_everything_matching_the_filter_and_per_tenant(
         assert row is not None and row.status is Status.PENDING  # another tenant's job
 
 
+async def test_search_by_job_id_and_filter_by_a_payload_path(jobs: JobQueue, registry: Any) -> None:
+    registry.declare("order", input=dict, queue="orders")
+    first = await jobs.enqueue("order", {"user": {"id": 42}}, job_key="order-7")
+    second = await jobs.enqueue("order", {"user": {"id": "42"}}, job_key="shared")
+    third = await jobs.enqueue("order", {"user": {"id": 7}}, queue="other", job_key="shared")
+    async with client_for(jobs) as client:
+        by_id = await client.get(f"/search?id={second.id}")
+        assert by_id.status_code == 303 and by_id.headers["location"].endswith(f"/jobs/{second.id}")
+        by_key = await client.get("/search?id=order-7")
+        assert by_key.headers["location"].endswith(f"/jobs/{first.id}")
+        both = await client.get("/search?id=shared")
+        assert both.status_code == 200 and both.text.count('<tr class="found">') == 2
+        assert f"/jobs/{third.id}" in both.text
+        assert (await client.get("/search?id=nothing-like-it")).status_code == 404
+        assert (await client.get("/search?id=")).status_code == 400
+        numbers = await client.get("/queues/orders?payload=user.id+%3D+42")
+        assert f'data-job="{first.id}"' in numbers.text
+        assert f'data-job="{second.id}"' not in numbers.text  # "42" is a string, not 42
+        strings = await client.get('/queues/orders?payload=user.id+%3D+"42"')
+        assert (
+            f'data-job="{second.id}"' in strings.text
+            and 'value="user.id = &#34;42&#34;"' in strings.text
+        )
+        bare = await client.get("/queues/orders?payload=user.id")
+        assert bare.status_code == 400 and "path = value" in bare.text
+        bad = await client.get("/queues/orders?payload=user..id+%3D+1")
+        assert bad.status_code == 400 and "payload_equals" in bad.text
+    async with client_for(jobs, tenant_resolver=lambda request: "acme") as scoped:
+        assert (await scoped.get(f"/search?id={first.id}")).status_code == 404
+
+
 async def test_a_flow_page_shows_what_blocks_it_and_offers_the_requeue(
     client: httpx.AsyncClient, seeded: dict[str, int]
 ) -> None:
@@ -537,4 +586,15 @@ async def test_a_facade_job_is_shown_in_bullmq_words(jobs: JobQueue) -> None:
         assert waiting.status_code == 200 and f'data-job="{plain.engine_id}"' in waiting.text
         native = await client.get("/queues/mail?sub_state=waiting-children")
         assert native.status_code == 200
+        listed = (await client.get("/queues/bull:shop")).text
+        assert 'id="bullmq-view"' in listed and "<th>job id</th>" in listed
+        rows = dict(re.findall(r'<tr data-job="(\d+)">(.*?)</tr>', listed, re.S))
+        custom, automatic = rows[str(job.engine_id)], rows[str(plain.engine_id)]
+        assert f'title="pgjobs id {job.engine_id}">order-7</a>' in custom
+        assert 'delayed">delayed</span></td><td>3</td>' in custom  # BullMQ's priority 3
+        assert f">{plain.id}</a>" in automatic
+        assert 'ready">waiting</span></td><td>0</td>' in automatic
+        assert '<option value="prioritized"' not in listed and '<option value="waiting"' in listed
+        engine_words = (await client.get("/queues/mail")).text
+        assert 'id="bullmq-view"' not in engine_words
     await queue.close()

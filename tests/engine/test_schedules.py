@@ -318,3 +318,53 @@ async def test_a_workers_run_of_a_schedule_starts_once_its_next_run_exists(
     await running
     (following,) = seen[0]
     assert following["id"] != first["id"] and following["status"] == "pending"
+
+
+async def test_a_paused_schedule_emits_nothing_and_resumes_without_a_burst(
+    jobs: JobQueue, report
+) -> None:
+    await jobs.upsert_schedule("minutely", "report", {"account": 4}, every=60, immediately=True)
+    assert await jobs.pause_schedule("minutely")
+    assert not await jobs.pause_schedule("minutely")  # already paused
+    assert not await jobs.pause_schedule("no-such-schedule")
+    paused = await jobs.get_schedule("minutely")
+    assert paused is not None and paused.paused and paused.next_run_at is not None
+    assert await jobs.emit_due_schedules() == 0  # due, but paused
+    # Paused for a while: ten ticks were missed.
+    await jobs.db.pool.execute(
+        f"UPDATE {jobs.schema}.schedules SET next_run_at = now() - interval '10 minutes'"
+        " WHERE name = 'minutely'"
+    )
+    assert await jobs.emit_due_schedules() == 0
+    assert await emitted_jobs(jobs) == []
+    resumed_at = await jobs.resume_schedule("minutely")
+    assert resumed_at is not None and resumed_at > datetime.now(UTC)  # the missed ones skipped
+    assert await jobs.resume_schedule("minutely") is None  # not paused any more
+    running = await jobs.get_schedule("minutely")
+    assert running is not None and not running.paused and running.next_run_at == resumed_at
+    await jobs.pause_schedule("minutely")
+    await jobs.upsert_schedule("minutely", "report", {"account": 5}, every=60, immediately=True)
+    redefined = await jobs.get_schedule("minutely")
+    assert redefined is not None and not redefined.paused  # an upsert redefines it, running
+    assert await jobs.emit_due_schedules() == 1
+
+
+async def test_pausing_a_materialized_schedule_removes_its_pending_run(
+    jobs: JobQueue, report
+) -> None:
+    await jobs.upsert_schedule(
+        "hourly", "report", {"account": 1}, every=3600, materialize=True,
+        job_key_prefix="repeat:hourly:",
+    )  # fmt: skip
+    (pending,) = await _pending_runs(jobs, "hourly")
+    assert await jobs.pause_schedule("hourly")
+    assert await _pending_runs(jobs, "hourly") == [] and await jobs.get(pending["id"]) is None
+    paused = await jobs.get_schedule("hourly")
+    assert paused is not None and paused.pending_job_id is None and paused.emitted == 0
+    tick = await jobs.resume_schedule("hourly")
+    (again,) = await _pending_runs(jobs, "hourly")
+    resumed = await jobs.get_schedule("hourly")
+    assert resumed is not None and resumed.pending_job_id == again["id"]
+    assert resumed.next_run_at == tick and resumed.emitted == 1
+    row = await jobs.get(again["id"])
+    assert row is not None and row.run_at == tick

@@ -202,6 +202,38 @@ async def test_every_filter_field(jobs: JobQueue) -> None:
         await jobs.list_jobs(offset=-1)
 
 
+async def test_payload_equals_matches_a_json_value_at_a_path(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    registry.declare("order", input=dict)
+    ids = [
+        (await jobs.enqueue("order", payload)).id
+        for payload in (
+            {"user": {"id": 42}, "items": [{"sku": "a-1"}]},
+            {"user": {"id": "42"}, "items": [{"sku": "b-2"}, {"sku": "a-1"}]},
+            {"user": {"id": 7}},
+            {"user": None},
+        )
+    ]
+
+    async def found(path: str, value: object) -> list[int]:
+        rows = await jobs.list_jobs(JobFilter(payload_equals=(path, value)), oldest_first=True)
+        return [r.id for r in rows]
+
+    assert await found("user.id", 42) == [ids[0]]  # as JSON: the string "42" is not 42
+    assert await found("user.id", "42") == [ids[1]]
+    assert await found("items.0.sku", "a-1") == [ids[0]]
+    assert await found("items.1.sku", "a-1") == [ids[1]]
+    assert await found("user", None) == [ids[3]]
+    assert await found("user.name", "x") == []
+    counts = await jobs.substate_counts(JobFilter(payload_equals=("user.id", 7)))
+    assert counts[SubState.READY] == 1
+    for bad in (("", 1), ("user..id", 1), ("user.id", object()), ("user.id",), "user.id=1"):
+        with pytest.raises(InvalidOption) as info:
+            await jobs.list_jobs(JobFilter(payload_equals=bad))  # type: ignore[arg-type]
+        assert info.value.option == "payload_equals"
+
+
 async def test_list_jobs_pages_newest_first(jobs: JobQueue) -> None:
     created = [await insert_job(jobs.db.pool, jobs.schema) for _ in range(7)]
     first = await jobs.list_jobs(limit=3)
