@@ -457,7 +457,10 @@ class Dashboard:
             for name, field in (("completed", "completed"), ("failed", "dead"),
                                 ("cancelled", "cancelled"))
         ]  # fmt: skip
-        return await self.render(request, "metrics", queue=queue, charts=charts)
+        return await self.render(
+            request, "metrics", queue=queue, charts=charts, colours=METRIC_COLOURS,
+            granularity=granularity,
+        )  # fmt: skip
 
     async def purge_confirm(self, request: Request) -> Response:
         tenant = await self.tenant(request)

@@ -520,8 +520,14 @@ async def test_metrics_charts_have_axes_their_own_colours_and_say_when_empty(
     client: httpx.AsyncClient, seeded: dict[str, int]
 ) -> None:
     page = (await client.get("/queues/mail/metrics?granularity=hour")).text
+    legend = re.search(r'<p class="legend">(.*?)</p>', page, re.S)
+    assert legend is not None
+    assert re.findall(r'background:(#\w+)">(\w+)</span>', legend.group(1)) == [
+        ("#4c9a4c", "completed"), ("#d04848", "failed"), ("#8a8a8a", "cancelled"),
+    ]  # fmt: skip
     charts = page.split("<h2>")[1:]
-    assert [c.split("</h2>")[0] for c in charts] == ["completed", "failed", "cancelled"]
+    titles = [re.sub(r"<[^>]+>", "", c.split("</h2>")[0]) for c in charts]
+    assert titles == ["completed", "failed", "cancelled"]
     completed, failed, cancelled = charts
     assert 'fill="#4c9a4c"' in completed and 'fill="#d04848"' in failed
     assert 'class="axis"' in completed and "total 2" in completed  # done + the flow's a
