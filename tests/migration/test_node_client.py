@@ -99,3 +99,63 @@ async def test_child_failure_options_leave_each_parent_as_bullmq_holds_it(
         assert job is not None and await job.getState() == "waiting-children", option
     for queue in queues.values():
         await queue.close()
+
+
+async def test_paused_queues_schedulers_and_dedup_keys_of_the_5x_layouts(
+    redis_url: str, pg_dsn: str, jobs: JobQueue, prefix: str
+) -> None:
+    """The layouts 5.x keeps its own way: a paused queue (its jobs stay waiting and
+    prioritized, in order), job schedulers with their pending iterations, and deduplication
+    keys, each read back through the facade as BullMQ reported it before the migration."""
+    written = write_with_node("write_layouts.mjs", redis_url, prefix)
+    report = await migrate(
+        MigrationOptions(
+            redis_url=redis_url, postgres_dsn=pg_dsn, schema=jobs.schema, prefixes=[prefix]
+        )
+    )
+    assert report.exit_code is ExitCode.OK, report.render()
+
+    def queue(name: str) -> bullmq_compat.Queue:
+        return bullmq_compat.Queue(name, {"connection": jobs, "prefix": prefix})
+
+    held = queue("held")
+    assert await held.isPaused() is written["held"]["paused"] is True
+    for job_id, expected in written["held"]["jobs"].items():
+        job = await held.getJob(job_id)
+        assert job is not None and job.name == expected["name"]
+        assert await job.getState() == expected["state"], expected["name"]
+    processed: list[str] = []
+
+    async def process(job: Any, token: Any) -> None:
+        processed.append(job.name)
+
+    worker = bullmq_compat.Worker("held", process, {"connection": jobs, "prefix": prefix})
+    await held.resume()  # BullMQ's order: the waiting list first, then by priority
+    await eventually(lambda: _count(processed, 3))
+    await worker.close()
+    assert processed == ["first", "second", "urgent"]
+
+    ticks = queue("ticks")
+    schedulers = {s["key"]: s for s in await ticks.getJobSchedulers(0, -1, True)}
+    assert set(schedulers) == set(written["ticks"]["schedulers"])
+    for key, expected in written["ticks"]["schedulers"].items():
+        assert schedulers[key]["next"] == expected["next"], key
+        assert schedulers[key].get("every") == expected["every"], key
+        assert schedulers[key].get("pattern") == expected["pattern"], key
+    for job_id, expected in written["ticks"]["iterations"].items():
+        job = await ticks.getJob(job_id)
+        assert job is not None, job_id
+        assert (job.name, job.data) == (expected["name"], expected["data"])
+        assert await job.getState() == expected["state"], job_id
+
+    dedup = queue("dedup")
+    for key, expected in written["dedup"].items():
+        assert await dedup.getDeduplicationJobId(key) == expected["holder"], key
+    duplicate = await dedup.add("again", {"n": 9}, {"deduplication": {"id": "simple-key"}})
+    assert duplicate.id == written["dedup"]["simple-key"]["id"]  # the key is still held
+    for q in (held, ticks, dedup):
+        await q.close()
+
+
+async def _count(items: list[str], n: int) -> bool:
+    return len(items) >= n
