@@ -136,6 +136,10 @@ class Job:
         # One stack trace per failed attempt, oldest first (BullMQ's job.stacktrace), at most
         # stackTraceLimit of them when the job's options set one.
         traces = [e["traceback"] for e in row.errors if isinstance(e, dict) and e.get("traceback")]
+        migrated = (row.metadata or {}).get("bullmq") if isinstance(row.metadata, dict) else None
+        kept = migrated.get("stacktrace") if isinstance(migrated, dict) else None
+        if isinstance(kept, list):  # a job migrated from Redis: BullMQ's own list comes first
+            traces = [str(t) for t in kept if t] + traces
         limit = job.opts.get("stackTraceLimit")
         if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
             traces = traces[-limit:]

@@ -7,6 +7,8 @@ import math
 import re
 from typing import Any
 
+import pydantic_core
+
 # jsonb rejects the NUL character and unpaired UTF-16 surrogates; json.dumps lets both through.
 _JSONB_UNSAFE = re.compile("[\x00\ud800-\udfff]")
 
@@ -88,7 +90,15 @@ def dumps(value: Any) -> str:
 
 
 def loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+    """JSON text (as PostgreSQL renders jsonb) as Python values: pydantic-core's parser (about
+    three times json's speed; the same values for every text jsonb renders), json's for
+    anything it refuses (a lone surrogate escape, which jsonb never holds)."""
+    if text is None:
+        return None
+    try:
+        return pydantic_core.from_json(text)
+    except ValueError:
+        return json.loads(text)
 
 
 def strip_nul(text: str) -> str:

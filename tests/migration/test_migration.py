@@ -152,6 +152,13 @@ async def test_every_state_migrates_and_reads_back_through_the_facade(
     retry = await job("retry")
     assert await retry.getState() == "delayed" and retry.attemptsMade == 1
     assert retry.failedReason == "retry failed"  # a retrying job keeps its last error
+    # BullMQ's list of stack traces comes across as it was
+    held = bullmq.Queue("main", {"connection": redis_url, "prefix": prefix})
+    for name in ("bad", "retry"):
+        original = await held.getJob(ids[name])
+        assert original is not None and original.stacktrace
+        assert (await job(name)).stacktrace == original.stacktrace, name
+    await held.close()
     assert await (await job("later")).getState() == "delayed"
     assert (await job("p1")).priority == 1 and await (await job("p5")).getState() == "prioritized"
     assert (await main.getJob("order:7")) is not None
@@ -214,6 +221,33 @@ async def final_state(jobs: JobQueue) -> set[tuple[str, str | None, str, Any]]:
     rows = await jobs.list_jobs(limit=1000)
     return {(r.queue, r.job_key, r.status.value, json.dumps(r.payload, sort_keys=True))
             for r in rows}  # fmt: skip
+
+
+async def test_every_failed_attempts_stack_trace_comes_across(
+    redis_url: str, pg_dsn: str, target: JobQueue, prefix: str
+) -> None:
+    """A job BullMQ retried twice before it completed keeps both stack traces, in order."""
+    conn = {"connection": redis_url, "prefix": prefix}
+    queue = bullmq.Queue("twice", conn)
+    added = await queue.add("flaky", {"n": 1}, {"attempts": 3})
+
+    async def process(job: Any, token: Any) -> str:
+        if job.attemptsMade < 2:
+            raise Exception(f"attempt {job.attemptsMade} failed")
+        return "third time"
+
+    await run_bullmq_worker(redis_url, prefix, "twice", process, 3)  # 2 failures, 1 success
+    original = await queue.getJob(added.id)
+    assert original is not None and len(original.stacktrace) == 2
+    await queue.close()
+    report = await migrate(options(redis_url, pg_dsn, target, prefix, include_history=True))
+    assert report.exit_code is ExitCode.OK, report.render()
+    migrated = await bullmq_compat.Queue("twice", {"connection": target, "prefix": prefix}).getJob(
+        added.id
+    )
+    assert migrated is not None and migrated.stacktrace == original.stacktrace
+    assert "attempt 0 failed" in migrated.stacktrace[0]
+    assert "attempt 1 failed" in migrated.stacktrace[1]
 
 
 async def test_a_run_killed_between_batches_resumes_to_the_same_end_state(
