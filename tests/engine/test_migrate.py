@@ -31,6 +31,9 @@ RELEASED = {
     12: "c23b245f0ff8e275",  # stall_budget
     13: "72d5008a14f04f82",  # materialized_schedules
     14: "654684e70d352274",  # workers
+    15: "b4f5c6d8d7f7d866",  # imports
+    16: "e8b5011c7bdf38ba",  # attempt_errors
+    17: "5007235cd0efaa75",  # schedule_pause
 }
 """sha256 prefix of each migration that has reached main. A database migrated by an earlier
 release has recorded these versions and never runs them again, so an edit to one would never
