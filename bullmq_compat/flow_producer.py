@@ -145,7 +145,10 @@ class FlowProducer:
         defaults = (queues_options.get(queue_name) or {}).get("defaultJobOptions", {})
         opts = {**defaults, **(node.get("opts") or {})}
         job_opts = {k: v for k, v in opts.items() if k not in FAILURE_OPTIONS and k != "parent"}
-        options = enqueue_options(node.get("name", ""), job_opts, self.prefix, queue_name)
+        if job_opts:
+            options = enqueue_options(node.get("name", ""), job_opts, self.prefix, queue_name)
+        else:  # a node without options (the common case): its queue's, computed once per name
+            options = self._queue(queue_name)._plain(node.get("name", ""))
         graph.add(handle, KIND, json_data(node.get("data")), **options)
         if parent is not None:
             graph.edge(handle, parent, edge_policy(opts))

@@ -159,8 +159,11 @@ class Flows:
             spec = flow._nodes[node].spec
             if spec.priority is None and default_priority is not None:
                 spec = replace(spec, priority=default_priority)
-            job = prepare(replace(spec, tenant=tenant), self._registry)
-            prepared.append(replace(job, pending_deps=indegree[node]))
+            if spec.tenant != tenant:  # the flow's tenant is every node's (a copy: the spec
+                spec = replace(spec, tenant=tenant)  # stays the caller's)
+            job = prepare(spec, self._registry)
+            job.pending_deps = indegree[node]  # a fresh PreparedJob of this call: ours to set
+            prepared.append(job)
         meta = None
         if metadata is not None:
             try:
