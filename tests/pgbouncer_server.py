@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import pytest
 
@@ -66,7 +66,9 @@ def pgbouncer(pg_dsn: str) -> Iterator[str]:
     """Run a pgbouncer (transaction mode) in front of ``pg_dsn``'s server; yields the DSN that
     reaches the same database and user through it."""
     parts = urlsplit(pg_dsn)
-    host, port = parts.hostname or "127.0.0.1", parts.port or 5432
+    # a socket directory (?host=/run/postgresql) serves as pgbouncer's host too
+    socket_dir = parse_qs(parts.query).get("host", [None])[0]
+    host, port = parts.hostname or socket_dir or "127.0.0.1", parts.port or 5432
     user = parts.username or "postgres"
     listen_port = _free_port()
     workdir = Path(tempfile.mkdtemp(prefix="pgjobs-pgbouncer-"))
@@ -91,7 +93,7 @@ def pgbouncer(pg_dsn: str) -> Iterator[str]:
                 pytest.fail(f"pgbouncer did not start: {output.strip()}", pytrace=False)
             time.sleep(0.05)
         netloc = f"{user}@127.0.0.1:{listen_port}"
-        yield urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+        yield urlunsplit((parts.scheme, netloc, parts.path, "", parts.fragment))
     finally:
         process.terminate()
         try:
