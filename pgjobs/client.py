@@ -748,10 +748,10 @@ class JobQueue:
     async def remove_schedule(self, name: str) -> bool:
         return await self._schedules.remove(name)
 
-    async def pause_schedule(self, name: str) -> bool:
+    async def pause_schedule(self, name: str, *, connection: Connection | None = None) -> bool:
         """Stop emitting runs of schedule ``name`` until ``resume_schedule`` (an upsert also
-        resumes it); see Schedules.pause."""
-        return await self._schedules.pause(name)
+        resumes it); see Schedules.pause. With ``connection``, in the caller's transaction."""
+        return await self._schedules.pause(name, connection)
 
     async def resume_schedule(self, name: str) -> datetime | None:
         """Emit runs of a paused schedule again, skipping those missed; its next run time."""

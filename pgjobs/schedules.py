@@ -278,22 +278,24 @@ class Schedules:
         False if there was none."""
         return await self._db.fetchrow("remove_schedule", name) is not None
 
-    async def pause(self, name: str) -> bool:
+    async def pause(self, name: str, connection: Any = None) -> bool:
         """Stop emitting runs of ``name`` until ``resume`` (or an upsert, which redefines it);
         a materialized schedule's pending run is removed unless it has started. False when
-        there is no such schedule or it is paused already."""
-        async with self._db.transaction() as conn:
-            row = await self._db.fetchrow("lock_schedule", name, conn=conn)
-            if row is None or row["paused_at"] is not None:
-                return False
-            removed = 0
-            if row["materialized"] and row["pending_job_id"] is not None:
-                gone = await self._db.fetch(
-                    "remove_unstarted_job", row["pending_job_id"], conn=conn
-                )
-                removed = len(gone)
-            await self._db.fetch("pause_schedule", name, removed, conn=conn)
-            return True
+        there is no such schedule or it is paused already. Under the schedule's row lock, as a
+        run's start making the next run is, so the two never cross: whichever comes second
+        sees what the first did (no pending run is left either way)."""
+        return await self._db.in_transaction(lambda conn: self._pause(name, conn), connection)
+
+    async def _pause(self, name: str, conn: Any) -> bool:
+        row = await self._db.fetchrow("lock_schedule", name, conn=conn)
+        if row is None or row["paused_at"] is not None:
+            return False
+        removed = 0
+        if row["materialized"] and row["pending_job_id"] is not None:
+            gone = await self._db.fetch("remove_unstarted_job", row["pending_job_id"], conn=conn)
+            removed = len(gone)
+        await self._db.fetch("pause_schedule", name, removed, conn=conn)
+        return True
 
     async def resume(self, name: str) -> datetime | None:
         """Emit runs of a paused ``name`` again, from its next time not yet past (the runs
@@ -321,18 +323,20 @@ class Schedules:
             if row["schedule"] is not None:
                 await self._advance(row["schedule"], row["id"])
 
-    async def _advance(self, name: str, job_id: int) -> None:
-        async with self._db.transaction() as conn:
-            row = await self._db.fetchrow("lock_schedule", name, conn=conn)
-            if row is None or not row["materialized"] or row["pending_job_id"] != job_id:
-                return  # removed, replaced, or already advanced by an earlier start
-            current: datetime = row["next_run_at"]
-            nxt = self._after(row, current, now=row["db_now"])
-            if nxt is None:
-                await self._db.fetch("set_pending_run", name, None, None, 0, current, conn=conn)
-                return
-            next_id, tick = await self._enqueue_run(conn, row, nxt)
-            await self._db.fetch("set_pending_run", name, next_id, tick, 1, current, conn=conn)
+    async def _advance(self, name: str, job_id: int, connection: Any = None) -> None:
+        await self._db.in_transaction(lambda conn: self._advance_in(name, job_id, conn), connection)
+
+    async def _advance_in(self, name: str, job_id: int, conn: Any) -> None:
+        row = await self._db.fetchrow("lock_schedule", name, conn=conn)
+        if row is None or not row["materialized"] or row["pending_job_id"] != job_id:
+            return  # removed, replaced, or already advanced by an earlier start
+        current: datetime = row["next_run_at"]
+        nxt = self._after(row, current, now=row["db_now"])
+        if nxt is None:
+            await self._db.fetch("set_pending_run", name, None, None, 0, current, conn=conn)
+            return
+        next_id, tick = await self._enqueue_run(conn, row, nxt)
+        await self._db.fetch("set_pending_run", name, next_id, tick, 1, current, conn=conn)
 
     def _after(self, row: Any, tick: datetime, *, now: datetime | None = None) -> datetime | None:
         """The run that follows the one at ``tick`` (none before ``now``), or None when the

@@ -12,6 +12,7 @@ import pytest
 from pgjobs import InvalidJobInput, InvalidOption, JobQueue, Registry, UnknownKind
 from pgjobs.schedules import next_tick
 from tests.helpers import eventually
+from tests.interleave import overlap
 
 
 class Report(pydantic.BaseModel):
@@ -368,3 +369,65 @@ async def test_pausing_a_materialized_schedule_removes_its_pending_run(
     assert resumed.next_run_at == tick and resumed.emitted == 1
     row = await jobs.get(again["id"])
     assert row is not None and row.run_at == tick
+
+
+@pytest.mark.parametrize("pause_first", [True, False])
+async def test_a_pause_and_a_run_starting_at_once_leave_no_pending_run(
+    jobs: JobQueue, report, pause_first: bool
+) -> None:
+    """A worker starting a materialized schedule's run makes its next run; a pause removes the
+    pending one. Both take the schedule's row lock, so whichever waits sees what the other
+    committed: the schedule ends paused with no pending run, and only the run that started is
+    counted. Both orders, each transaction seen waiting for the other."""
+    await jobs.upsert_schedule(
+        "hourly", "report", {"account": 1}, every=3600, immediately=True, materialize=True,
+        job_key_prefix="repeat:hourly:",
+    )  # fmt: skip
+    (pending,) = await _pending_runs(jobs, "hourly")
+    # A worker has claimed it, and has still to make the next run (what it does as it starts).
+    await jobs.db.pool.execute(
+        f"UPDATE {jobs.schema}.jobs SET status = 'running', attempts = 1,"
+        " lock_token = gen_random_uuid(), locked_until = now() + interval '30 seconds'"
+        " WHERE id = $1",
+        pending["id"],
+    )
+    schedules = jobs._schedules
+
+    async def start(conn: object) -> None:
+        await schedules._advance("hourly", pending["id"], connection=conn)
+
+    async def pause(conn: object) -> bool:
+        return await jobs.pause_schedule("hourly", connection=conn)
+
+    first, second = (pause, start) if pause_first else (start, pause)
+    *_, waited = await overlap(jobs.db.pool, first, second)
+    assert waited  # the second really waited for the first's lock
+    schedule = await jobs.get_schedule("hourly")
+    assert schedule is not None and schedule.paused and schedule.pending_job_id is None
+    assert await _pending_runs(jobs, "hourly") == []
+    assert schedule.emitted == 1  # the run that started; a next run made and removed is not
+    row = await jobs.get(pending["id"])
+    assert row is not None and row.status.value == "running"  # the started run goes on
+
+
+async def test_pauses_and_resumes_racing_runs_never_leave_two_pending_runs(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    ran: list[int] = []
+
+    @registry.kind("pulse", input=dict, queue="pulses")
+    async def pulse(ctx, data: dict) -> None:
+        ran.append(ctx.id)
+
+    await jobs.upsert_schedule("fast", "pulse", {}, every=0.01, immediately=True, materialize=True)
+    worker = jobs.worker(queues=["pulses"], concurrency=4, poll_interval=0.01)
+    running = asyncio.create_task(worker.run())
+    for _ in range(30):
+        await asyncio.gather(jobs.pause_schedule("fast"), jobs.resume_schedule("fast"))
+        pending = await _pending_runs(jobs, "fast")
+        assert len(pending) <= 1
+    assert await jobs.pause_schedule("fast") or (await jobs.get_schedule("fast")).paused
+    await worker.stop()
+    await running
+    assert await _pending_runs(jobs, "fast") == []
+    assert ran  # runs happened between the pauses
