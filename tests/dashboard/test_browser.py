@@ -205,3 +205,34 @@ async def test_search_by_id_payload_filter_and_the_fleet_pages(
     await page.screenshot(path=str(shots / "dashboard-workers.png"))
     await worker.stop()
     await running
+
+
+async def test_a_facade_queue_in_bullmq_words_and_each_attempts_error(
+    browser: Browser, base_url: str, jobs: JobQueue
+) -> None:
+    import bullmq_compat
+
+    queue = bullmq_compat.Queue("shop", {"connection": jobs})
+    added = await queue.add("charge", {"order": 7}, {"jobId": "charge-7", "attempts": 2})
+
+    async def process(job: Any, token: Any) -> None:
+        raise ValueError(f"card declined, try {job.attemptsMade + 1}")
+
+    worker = bullmq_compat.Worker("shop", process, {"connection": jobs})
+
+    async def failed() -> bool:
+        return await queue.getJobState("charge-7") == "failed"
+
+    await eventually(failed, timeout=30)
+    await worker.close()
+    page = await browser.new_page()
+    await page.goto(f"{base_url}/queues/bull:shop")
+    row = page.locator(f'tr[data-job="{added.engine_id}"]')
+    assert "charge-7" in await row.inner_text() and "failed" in await row.inner_text()
+    await row.get_by_role("link", name="charge-7").click()
+    await page.wait_for_url(f"**/jobs/{added.engine_id}")
+    attempts = page.locator("table.attempts tr[data-attempt]")
+    assert await attempts.count() == 2
+    assert "try 2" in await attempts.nth(0).inner_text()  # newest first
+    assert "try 1" in await attempts.nth(1).inner_text()
+    await queue.close()
