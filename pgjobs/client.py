@@ -283,6 +283,22 @@ class JobQueue:
         record = await self.db.fetchrow("get_job", job_id, tenant, any_tenant)
         return None if record is None else job_row(record)
 
+    async def find_by_job_key(
+        self,
+        job_key: str,
+        *,
+        tenant: str | None = None,
+        any_tenant: bool = False,
+        limit: int = 50,
+    ) -> list[JobRow]:
+        """The jobs named by ``job_key`` in any queue (a key names one job per queue), oldest
+        first; tenant scoping as for ``get``. Reads the job-key index queue by queue, never the
+        whole table."""
+        validation.text("job_key", job_key, optional=False)
+        validation.integer("limit", limit, 1, 10_000)
+        rows = await self.db.fetch("jobs_by_job_key", job_key, tenant, any_tenant, limit)
+        return [job_row(r) for r in rows]
+
     async def get_by_dedup_key(
         self, queue: str, dedup_key: str, *, tenant: str | None = None
     ) -> JobRow | None:
@@ -475,11 +491,14 @@ class JobQueue:
             )
         )
 
-    async def cancel_matching(self, where: JobFilter) -> list[int]:
-        """Cancel every pending or running job matching ``where`` in one transaction, as
-        ``cancel`` does each; returns the ids cancelled. ``where.tenant`` scopes it to one
-        tenant (None: every tenant's jobs)."""
-        return await self._ops.cancel_where(where)
+    async def cancel_matching(
+        self, where: JobFilter, *, connection: Connection | None = None
+    ) -> list[int]:
+        """Cancel every pending or running job matching ``where`` in one transaction (the
+        caller's, with ``connection``), as ``cancel`` does each; returns the ids cancelled.
+        A job that finishes while the cancel waits for it is left finished. ``where.tenant``
+        scopes it to one tenant (None: every tenant's jobs)."""
+        return await self._ops.cancel_where(where, connection)
 
     async def cancel_flow(
         self, flow_id: int, *, tenant: str | None = None, any_tenant: bool = False

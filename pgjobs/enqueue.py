@@ -384,10 +384,7 @@ def _shared_args(job: PreparedJob) -> tuple[Any, ...]:
 def _uniform(jobs: list[PreparedJob]) -> bool:
     """Every job has the first one's columns but name and payload, and none can conflict or
     belongs to a flow (enqueue_uniform's case)."""
-    first = jobs[0]
-    if first.flow_id is not None or first.pending_deps:
-        return False
-    shared = _shared_args(first)
+    shared = _shared_args(jobs[0])
     for job in jobs:
         if job.job_key is not None or job.dedup_key is not None or job.hold is not None:
             return False

@@ -44,7 +44,9 @@ class Operations:
 
         return await self._db.in_transaction(work, connection)
 
-    async def cancel_where(self, where: JobFilter) -> list[int]:
+    async def cancel_where(
+        self, where: JobFilter, connection: Connection | None = None
+    ) -> list[int]:
         """Cancel every pending or running job matching ``where`` (as it stands when the call
         reads it), in one transaction; returns the ids cancelled."""
         sql, params = filters.where(where, 1, "j", self._db.schema)
@@ -63,7 +65,7 @@ class Operations:
             )
             return [row["id"] for row in rows]
 
-        return await self._db.in_transaction(work)
+        return await self._db.in_transaction(work, connection)
 
     async def cancel_flow(self, flow_id: int, *, tenant: str | None, any_tenant: bool) -> list[int]:
         async def work(conn: Connection) -> list[int]:

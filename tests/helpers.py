@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -56,3 +60,29 @@ def with_dsns(args: list[str], dsn: str) -> list[str]:
         else a
         for a in args
     ]  # fmt: skip
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def spawn(args: list[str], cwd: Path) -> subprocess.Popen[str]:
+    """A command of this project (``python -m ...``) as a child process, the project on its
+    path, its output captured as text."""
+    return subprocess.Popen(
+        args, cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def stop(process: subprocess.Popen[str], *, twice: bool = False) -> str:
+    """SIGTERM ``process`` (with ``twice``, SIGINT once it said it heard the first) and wait
+    for it to exit; its stderr."""
+    process.send_signal(signal.SIGTERM)
+    if twice:
+        assert process.stderr is not None
+        for line in process.stderr:  # the first signal was heard: now force
+            if "SIGTERM received, stopping" in line:
+                break
+        process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    return str(err)

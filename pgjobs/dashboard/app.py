@@ -379,7 +379,7 @@ class Dashboard:
             if row is not None:
                 found.append(row)
         if len(wanted.encode()) <= 1024 and "\x00" not in wanted:
-            keyed = await self.jobs.list_jobs(JobFilter(job_key=wanted, tenant=tenant), limit=50)
+            keyed = await self.jobs.find_by_job_key(wanted, **self.scope(tenant))
             found += [row for row in keyed if all(row.id != f.id for f in found)]
         if not found:
             raise HTTPException(404, f"no job with id {wanted!r}")

@@ -200,6 +200,24 @@ RETURNING id;
 SELECT {job_columns} FROM {schema}.jobs
 WHERE id = $1 AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text);
 
+-- name: jobs_by_job_key
+-- The jobs named by job key $1 in any queue, of tenant $2 (NULL: without tenant) unless $3,
+-- up to $4. The queues holding keyed jobs are walked one by one through jobs_job_key_idx (a
+-- loose index scan: a recursive step per queue, not a scan of the table), then each is
+-- probed for the key through the same index.
+WITH RECURSIVE keyed_queues AS (
+    (SELECT queue FROM {schema}.jobs WHERE job_key IS NOT NULL ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM {schema}.jobs j
+            WHERE j.job_key IS NOT NULL AND j.queue > k.queue ORDER BY j.queue LIMIT 1)
+    FROM keyed_queues k WHERE k.queue IS NOT NULL
+)
+SELECT {job_columns} FROM {schema}.jobs
+WHERE queue IN (SELECT queue FROM keyed_queues WHERE queue IS NOT NULL) AND job_key = $1
+  AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text)
+ORDER BY id
+LIMIT $4;
+
 -- name: get_by_dedup_key
 -- The in-flight job holding a dedup key in a queue, for that tenant.
 SELECT {job_columns} FROM {schema}.jobs

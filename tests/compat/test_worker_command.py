@@ -6,7 +6,6 @@ and exits 1; a bad target or database is one line and exit 2."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 
 from bullmq_compat import Queue
-from tests.helpers import eventually
+from tests.helpers import eventually, spawn, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,11 +43,8 @@ def command(*args: str) -> list[str]:
 
 
 def start(app: Path, pg_dsn: str, schema: str, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        command("deploys", "bullmq_app:process", "--dsn", pg_dsn, "--schema", schema, *extra),
-        cwd=app, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    args = ["deploys", "bullmq_app:process", "--dsn", pg_dsn, "--schema", schema, *extra]
+    return spawn(command(*args), app)
 
 
 async def active(queue: Queue, job_id: str, worker: subprocess.Popen[str]) -> None:
@@ -67,8 +63,7 @@ async def test_sigterm_lets_the_running_job_finish_and_exits_0(
     job = await queue.add("slow", {"seconds": 1.0})
     worker = start(app, pg_dsn, opts["connection"].schema)
     await active(queue, job.id, worker)
-    worker.send_signal(signal.SIGTERM)
-    _, err = worker.communicate(timeout=60)
+    err = stop(worker)
     assert worker.returncode == 0, err
     finished = await queue.getJob(job.id)
     assert finished is not None and await finished.getState() == "completed"
@@ -83,8 +78,7 @@ async def test_past_the_shutdown_timeout_the_job_waits_again_with_no_attempt_use
     job = await queue.add("slow", {"seconds": 600})
     worker = start(app, pg_dsn, opts["connection"].schema, "--shutdown-timeout", "0.5")
     await active(queue, job.id, worker)
-    worker.send_signal(signal.SIGTERM)
-    _, err = worker.communicate(timeout=60)
+    err = stop(worker)
     assert worker.returncode == 0, err
     back = await queue.getJob(job.id)
     assert back is not None and await back.getState() == "waiting" and back.attemptsMade == 0
@@ -97,13 +91,7 @@ async def test_a_second_signal_gives_the_job_back_at_once_and_exits_1(
     job = await queue.add("slow", {"seconds": 600})
     worker = start(app, pg_dsn, opts["connection"].schema, "--shutdown-timeout", "600")
     await active(queue, job.id, worker)
-    worker.send_signal(signal.SIGTERM)
-    assert worker.stderr is not None
-    for line in worker.stderr:  # the first signal was heard: now force
-        if "SIGTERM received, stopping" in line:
-            break
-    worker.send_signal(signal.SIGINT)
-    _, err = worker.communicate(timeout=60)
+    err = stop(worker, twice=True)
     assert worker.returncode == 1, err
     back = await queue.getJob(job.id)
     assert back is not None and await back.getState() == "waiting" and back.attemptsMade == 0

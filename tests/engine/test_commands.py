@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 
 from pgjobs import JobQueue, Registry, Status
-from tests.helpers import eventually, with_dsns
+from tests.helpers import eventually, spawn, stop, with_dsns
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,11 +61,8 @@ def environment() -> dict[str, str]:
 
 
 def start_worker(app: Path, pg_dsn: str, schema: str, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        pgjobs_command("worker", "deploy_app:registry", "--dsn", pg_dsn, "--schema", schema,
-                       *extra),
-        cwd=app, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    args = ["worker", "deploy_app:registry", "--dsn", pg_dsn, "--schema", schema, *extra]
+    return spawn(pgjobs_command(*args), app)
 
 
 @pytest.fixture
@@ -95,8 +91,7 @@ async def test_sigterm_lets_the_running_job_finish_and_exits_0(
     job = await jobs.enqueue("slow", {"seconds": 1.0})
     worker = start_worker(app, pg_dsn, jobs.schema)
     await started(jobs, job.id, worker)
-    worker.send_signal(signal.SIGTERM)
-    _, err = worker.communicate(timeout=60)
+    err = stop(worker)
     assert worker.returncode == 0, err
     row = await jobs.get(job.id)
     assert row is not None and row.status is Status.COMPLETED and row.attempts == 1
@@ -109,8 +104,7 @@ async def test_a_job_past_the_shutdown_timeout_goes_back_without_using_an_attemp
     job = await jobs.enqueue("slow", {"seconds": 600})
     worker = start_worker(app, pg_dsn, jobs.schema, "--shutdown-timeout", "0.5")
     await started(jobs, job.id, worker)
-    worker.send_signal(signal.SIGTERM)
-    _, err = worker.communicate(timeout=60)
+    err = stop(worker)
     assert worker.returncode == 0, err
     row = await jobs.get(job.id)
     assert row is not None and row.status is Status.PENDING and row.attempts == 0
@@ -122,13 +116,7 @@ async def test_a_second_signal_gives_running_jobs_back_at_once_and_exits_1(
     job = await jobs.enqueue("slow", {"seconds": 600})
     worker = start_worker(app, pg_dsn, jobs.schema, "--shutdown-timeout", "600")
     await started(jobs, job.id, worker)
-    worker.send_signal(signal.SIGTERM)
-    assert worker.stderr is not None
-    for line in worker.stderr:  # the first signal was heard: now force
-        if "SIGTERM received, stopping" in line:
-            break
-    worker.send_signal(signal.SIGINT)
-    _, err = worker.communicate(timeout=60)
+    err = stop(worker, twice=True)
     assert worker.returncode == 1, err
     row = await jobs.get(job.id)
     assert row is not None and row.status is Status.PENDING and row.attempts == 0
@@ -145,8 +133,7 @@ async def test_failed_attempts_and_dead_jobs_are_logged_as_json_lines(
         return row is not None and row.status is Status.DEAD
 
     await eventually(dead)
-    worker.send_signal(signal.SIGTERM)
-    _, err = worker.communicate(timeout=60)
+    err = stop(worker)
     assert worker.returncode == 0, err
     lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     about_job = [line for line in lines if line.get("job_id") == job.id]

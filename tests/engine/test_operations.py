@@ -25,6 +25,7 @@ from pgjobs.completer import write_outcomes
 from pgjobs.config import notify_channel
 from pgjobs.outcomes import Outcome
 from tests.helpers import eventually, expire_lease
+from tests.interleave import overlap
 
 
 class Item(pydantic.BaseModel):
@@ -428,3 +429,27 @@ async def test_reschedule_moves_a_pending_job_and_nothing_else(jobs: JobQueue, k
     await jobs.worker().run(until_drained=True)
     assert not await jobs.reschedule(delayed.id, 10)  # completed: not pending
     assert not await jobs.reschedule(10**9, 10)
+
+
+async def test_a_cancel_by_filter_waiting_for_a_finish_leaves_the_job_finished(
+    jobs: JobQueue, kinds
+) -> None:
+    """cancel_matching picks the in-flight jobs it sees, then locks them: a job whose outcome
+    commits while the cancel waits for its row is re-checked on its newest version and left
+    completed; the others of the filter are cancelled."""
+    for n in range(3):
+        await jobs.enqueue("x", {"n": n}, queue="mixed")
+    claimed = await jobs.db.fetch("claim", ["mixed"], ["x"], 1, 30.0, 0)
+    assert len(claimed) == 1
+
+    async def finish(conn: Any) -> None:
+        await write_outcomes(jobs.db, completions(claimed), conn)
+
+    async def cancel(conn: Any) -> list[int]:
+        return await jobs.cancel_matching(JobFilter(queue="mixed"), connection=conn)
+
+    _, cancelled, waited = await overlap(jobs.db.pool, finish, cancel)
+    assert waited
+    by_id = dict(await statuses(jobs))
+    assert by_id.pop(claimed[0]["id"]) == "completed"
+    assert sorted(cancelled) == sorted(by_id) and set(by_id.values()) == {"cancelled"}

@@ -234,6 +234,28 @@ async def test_payload_equals_matches_a_json_value_at_a_path(
         assert info.value.option == "payload_equals"
 
 
+async def test_find_by_job_key_probes_each_queue_through_the_key_index(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    registry.declare("order", input=dict)
+    a = await jobs.enqueue("order", {}, queue="a", job_key="k-1")
+    b = await jobs.enqueue("order", {}, queue="b", job_key="k-1", tenant="acme")
+    await jobs.enqueue("order", {}, queue="b", job_key="k-2")
+    await jobs.enqueue_batch("order", [{} for _ in range(2000)], queue="plain")
+    assert [r.id for r in await jobs.find_by_job_key("k-1", any_tenant=True)] == [a.id, b.id]
+    assert [r.id for r in await jobs.find_by_job_key("k-1")] == [a.id]
+    assert [r.id for r in await jobs.find_by_job_key("k-1", tenant="acme")] == [b.id]
+    assert await jobs.find_by_job_key("nothing", any_tenant=True) == []
+    await jobs.db.pool.execute(f"ANALYZE {jobs.schema}.jobs")
+    sql = jobs.db.statements["jobs_by_job_key"]
+    plan = "\n".join(
+        r[0] for r in await jobs.db.pool.fetch("EXPLAIN " + sql, "k-1", None, True, 50)
+    )
+    assert "Seq Scan on jobs" not in plan, plan
+    with pytest.raises(InvalidOption):
+        await jobs.find_by_job_key("")
+
+
 async def test_list_jobs_pages_newest_first(jobs: JobQueue) -> None:
     created = [await insert_job(jobs.db.pool, jobs.schema) for _ in range(7)]
     first = await jobs.list_jobs(limit=3)

@@ -132,13 +132,13 @@ async def test_a_long_load_completes_every_job_once_in_bounded_memory_and_table(
         await observer.close()
 
     finals = [w.final for w in workers]
-    assert all(f is not None for f in finals), "a worker did not stop gracefully"
+    assert all(f is not None for f in finals), ("a worker did not stop gracefully", finals)
     completed = sum(f[1] for f in finals if f is not None)
-    assert completed == JOBS  # every job once: none lost, none run twice
+    assert completed == JOBS, (completed, finals)  # every job once: none lost, none run twice
     # Count retention is applied by every outcome write, in turn: the history is exactly KEEP
     # (and the GC finds nothing more to remove).
     kept = {r["status"]: r["n"] for r in left}
-    assert kept == {"completed": KEEP}
+    assert kept == {"completed": KEEP}, kept
     await collect_garbage(jobs.db, GcInput())
     assert await jobs.db.pool.fetchval(f"SELECT count(*) FROM {schema}.jobs") == KEEP
     growth = []
