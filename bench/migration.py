@@ -1,6 +1,6 @@
 """Migration throughput: a BullMQ queue of N jobs (60% waiting, 30% delayed, 10% completed),
 written by BullMQ's own client, drained into pgjobs. Prints jobs/s and the peak RSS of the
-migrating process. `./run bench-migration [N]` (default 100,000); needs Redis and PostgreSQL
+migrating process. `./run bench-migration [N]` (default 1,000,000); needs Redis and PostgreSQL
 as the benchmark does."""
 
 from __future__ import annotations
@@ -82,4 +82,4 @@ async def main(total: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 100_000))
+    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000))

@@ -5,7 +5,8 @@ differs and what is not built yet.
 Besides BullMQ's names, the mapping between BullMQ and the engine is public, for tools that
 write facade jobs through the engine (the Redis migration): ``KIND`` (the facade's job kind),
 ``facade_registry()``, ``engine_queue(prefix, name)``, ``enqueue_options(name, opts, prefix,
-queue)``, ``edge_policy(child_opts)``, ``json_data(data)`` and ``scheduler_arguments(...)``.
+queue)``, ``edge_policy(child_opts)``, ``bullmq_state(sub_state, priority)``,
+``json_data(data)`` and ``scheduler_arguments(...)``.
 """
 
 from bullmq_compat.abort_controller import AbortController, AbortError, AbortSignal
@@ -21,6 +22,7 @@ from bullmq_compat.job_scheduler import JobScheduler, default_repeat_strategy
 from bullmq_compat.job_scheduler import upsert_arguments as scheduler_arguments
 from bullmq_compat.mapping import (
     KIND,
+    bullmq_state,
     edge_policy,
     engine_queue,
     enqueue_options,
@@ -49,6 +51,7 @@ __all__ = [
     "UnrecoverableError",
     "WaitingChildrenError",
     "Worker",
+    "bullmq_state",
     "default_repeat_strategy",
     "edge_policy",
     "engine_queue",

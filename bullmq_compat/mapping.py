@@ -297,9 +297,13 @@ def enqueue_options(
 
 def state_of(row: JobRow) -> str:
     """BullMQ's state name for a job (``Job.getState``)."""
-    sub = row.sub_state
+    return bullmq_state(row.sub_state, row.priority)
+
+
+def bullmq_state(sub: SubState, priority: int) -> str:
+    """BullMQ's state name for an engine sub-state and priority (what ``getState`` says)."""
     if sub is SubState.READY:
-        return "waiting" if row.priority == NO_PRIORITY else "prioritized"
+        return "waiting" if priority == NO_PRIORITY else "prioritized"
     if sub in (SubState.DELAYED, SubState.RETRY):
         return "delayed"
     if sub is SubState.WAITING_CHILDREN:

@@ -51,7 +51,7 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="after a verified run, remove the queues from Redis with BullMQ's client",
     )
-    p.add_argument("--batch-size", type=int, default=500)
+    p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     return p
 

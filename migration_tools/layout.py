@@ -127,7 +127,7 @@ def state_of(containers: dict[str, str]) -> str:
 
 
 def check_modern(
-    prefix: str, queue: str, wait_ids: list[str], has_priority_zset: bool, version: str | None
+    prefix: str, queue: str, has_markers: bool, has_priority_zset: bool, version: str | None
 ) -> None:
     """Refuse v1-v4 layouts: the ``priority`` zset (v1-v3) or ``0:`` markers in wait (v4)."""
     where = f"queue {prefix}:{queue}"
@@ -137,7 +137,7 @@ def check_modern(
         raise LegacyLayout(
             f"{where} has a legacy 'priority' zset (BullMQ v1-v3); upgrade it with BullMQ v5 first"
         )
-    if any(job_id == "0" or job_id.startswith("0:") for job_id in wait_ids):
+    if has_markers:
         raise LegacyLayout(
             f"{where} holds v4 markers ('0:...') in its wait list; drain or upgrade it with "
             "BullMQ v5 first"

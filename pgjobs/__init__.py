@@ -32,7 +32,14 @@ from pgjobs.errors import (
 from pgjobs.events import EventStream
 from pgjobs.executor import TRANSIENT_ERRORS, create_pool
 from pgjobs.flows import EdgePolicy, Flow, SubmittedFlow
-from pgjobs.imports import EdgeState, ImportedEdge, ImportedJob, ImportedStatus, ImportRecord
+from pgjobs.imports import (
+    EdgeState,
+    ImportCheck,
+    ImportedEdge,
+    ImportedJob,
+    ImportedStatus,
+    ImportRecord,
+)
 from pgjobs.jsonvalue import NotJson, jsonb_problem, jsonb_safe
 from pgjobs.jsonvalue import strip_nul as text_safe
 from pgjobs.kinds import Kind, Registry
@@ -98,6 +105,7 @@ __all__ = [
     "FlowSummary",
     "FlowView",
     "Granularity",
+    "ImportCheck",
     "ImportRecord",
     "ImportedEdge",
     "ImportedJob",

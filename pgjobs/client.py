@@ -28,7 +28,7 @@ from pgjobs.errors import InvalidOption
 from pgjobs.events import EventStream
 from pgjobs.executor import Connection, Database
 from pgjobs.flows import EdgePolicy, Flow, Flows, SubmittedFlow
-from pgjobs.imports import ImportedEdge, ImportedJob, ImportRecord, import_jobs
+from pgjobs.imports import ImportCheck, ImportedEdge, ImportedJob, ImportRecord, import_jobs
 from pgjobs.kinds import Kind, Registry
 from pgjobs.maintenance import register_maintenance
 from pgjobs.models import (
@@ -695,6 +695,14 @@ class JobQueue:
         """Record imported jobs in the ledger; in the transaction that wrote them (pass its
         ``connection``), so that the ledger never names a job that was rolled back."""
         await imports.record_imports(self.db, records, connection)
+
+    async def check_imports(
+        self, expected: Sequence[tuple[str, str, str | None]]
+    ) -> list[ImportCheck]:
+        """Verify imported jobs in one statement: for each (source, source_id, expected payload
+        as JSON text or None), what its job holds now and whether the stored payload equals
+        the expected one, compared by PostgreSQL as jsonb. See ``ImportCheck``."""
+        return await imports.check_imports(self.db, expected)
 
     async def imports_of(self, source: str) -> list[ImportRecord]:
         """Every ledger record of ``source`` (what an import from there wrote)."""

@@ -23,7 +23,7 @@ from pgjobs.errors import DedupRaceError, InvalidFlow, InvalidOption
 from pgjobs.executor import Connection, Database
 from pgjobs.flows import EdgePolicy
 from pgjobs.kinds import Registry
-from pgjobs.models import EnqueueResult
+from pgjobs.models import EnqueueResult, SubState
 
 ImportedStatus = Literal["pending", "completed", "dead"]
 EdgeState = Literal["open", "satisfied", "blocked", "ignored", "released", "failed"]
@@ -72,6 +72,47 @@ class ImportRecord:
     job_id: int
     state: str
     checksum: str
+
+
+@dataclass(frozen=True, slots=True)
+class ImportCheck:
+    """What one imported job holds now (``check_imports``): ``job_id`` None when the ledger has
+    no record of it; ``queue``, ``job_key``, ``priority`` and ``sub_state`` None when its job no
+    longer exists; ``payload_matches`` None when no payload was expected or there is no job."""
+
+    job_id: int | None
+    queue: str | None
+    job_key: str | None
+    priority: int | None
+    sub_state: SubState | None
+    payload_matches: bool | None
+
+
+async def check_imports(
+    db: Database, expected: Sequence[tuple[str, str, str | None]]
+) -> list[ImportCheck]:
+    """For each (source, source_id, expected payload as JSON text or None), in input order,
+    what the ledger's job holds, with the stored payload compared to the expected one in
+    PostgreSQL (as jsonb). One statement, whatever the number of jobs."""
+    if not expected:
+        return []
+    rows = await db.fetch(
+        "check_imports",
+        [e[0] for e in expected],
+        [str(e[1]) for e in expected],
+        [e[2] for e in expected],
+    )
+    return [
+        ImportCheck(
+            r["job_id"],
+            r["queue"],
+            r["job_key"],
+            r["priority"],
+            None if r["sub_state"] is None else SubState(r["sub_state"]),
+            r["payload_matches"],
+        )
+        for r in rows
+    ]
 
 
 async def imported(
@@ -133,7 +174,9 @@ async def import_jobs(
             raise InvalidOption("status", f"must be pending, completed or dead, got {job.status!r}")
         if isinstance(job.attempts, bool) or not isinstance(job.attempts, int) or job.attempts < 0:
             raise InvalidOption("attempts", f"must be an integer >= 0, got {job.attempts!r}")
-        spec = replace(job.spec, delay=None, run_at=None, lifo=False, dedup_ttl=None)
+        spec = job.spec
+        if spec.delay is not None or spec.run_at is not None or spec.lifo or spec.dedup_ttl:
+            spec = replace(spec, delay=None, run_at=None, lifo=False, dedup_ttl=None)
         prepared.append((prepare(spec, registry), job))
         if job.handle is not None:
             if job.handle in handles:

@@ -82,3 +82,17 @@ ON CONFLICT DO NOTHING;
 -- name: imports_of
 SELECT source, source_id, job_id, state, checksum FROM {schema}.imports
 WHERE source = $1 ORDER BY source_id;
+
+-- name: check_imports
+-- What each imported job ($1 source, $2 source_id) holds now, against the payload the importer
+-- expected ($3, JSON text; null: not compared): the ledger's job, its queue, key, priority and
+-- sub-state, and whether the stored payload equals the expected one as jsonb (key order,
+-- whitespace and escapes do not matter; PostgreSQL parses the expected text itself).
+SELECT k.n, i.job_id, j.queue, j.job_key, j.priority,
+       {schema}.sub_state(j.status, j.pending_deps, j.run_at, j.attempts) AS sub_state,
+       CASE WHEN j.id IS NOT NULL AND k.expected IS NOT NULL
+            THEN j.payload = k.expected::jsonb END AS payload_matches
+FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS k(source, source_id, expected, n)
+LEFT JOIN {schema}.imports i ON i.source = k.source AND i.source_id = k.source_id
+LEFT JOIN {schema}.jobs j ON j.id = i.job_id
+ORDER BY k.n;

@@ -168,3 +168,36 @@ async def test_two_imports_of_one_job_overlapping_write_it_and_record_it_once(
     assert [(r.job_id, r.state) for r in await jobs.imports_of("bullmq:bull:q")] == [
         (first_id, "first")
     ]
+
+
+async def test_check_imports_compares_each_stored_payload_with_the_source_text(
+    jobs: JobQueue, ran: list[Any]
+) -> None:
+    written = await jobs.import_jobs(
+        [
+            ImportedJob(JobSpec("any", {"a": 1, "b": [1.5, "x"]}, job_key="k1")),
+            ImportedJob(JobSpec("any", {"n": 2}, job_key="k2", priority=3), status="completed"),
+            ImportedJob(JobSpec("any", {"n": 3}, job_key="k3"), run_at=T0 + timedelta(days=3650)),
+        ]
+    )
+    await jobs.record_imports(
+        [ImportRecord("src", f"k{i + 1}", r.id, "waiting", "") for i, r in enumerate(written)]
+    )
+    await jobs.pool.execute(f"DELETE FROM {jobs.schema}.jobs WHERE id = $1", written[2].id)
+    checks = await jobs.check_imports(
+        [
+            # other key order, spacing and escapes: equal as jsonb
+            ("src", "k1", '{ "b": [1.5, "\\u0078"], "a": 1 }'),
+            ("src", "k2", '{"n": 20}'),  # not what is stored
+            ("src", "k3", '{"n": 3}'),  # its job is gone, its ledger record stays
+            ("src", "nope", '{"n": 4}'),  # never imported
+            ("src", "k1", None),  # nothing to compare
+        ]
+    )
+    assert [c.payload_matches for c in checks] == [True, False, None, None, None]
+    assert [c.job_id for c in checks] == [written[0].id, written[1].id, written[2].id, None,
+                                          written[0].id]  # fmt: skip
+    assert (checks[0].queue, checks[0].job_key, checks[0].sub_state) == ("imp", "k1", "ready")
+    assert (checks[1].sub_state, checks[1].priority) == ("completed", 3)
+    assert checks[2].sub_state is None and checks[2].queue is None
+    assert await jobs.check_imports([]) == []

@@ -15,7 +15,9 @@ import pytest
 import redis.asyncio as aioredis
 
 import bullmq_compat
+from bullmq_compat import engine_queue
 from migration_tools import ExitCode, MigrationOptions, migrate
+from migration_tools.transform import Transformer
 from pgjobs import JobQueue
 from tests.helpers import dsn_with
 
@@ -280,6 +282,68 @@ async def test_a_run_killed_between_batches_resumes_to_the_same_end_state(
         assert await final_state(other) == await final_state(target)
     finally:
         await pool.execute(f"DROP SCHEMA IF EXISTS {other.schema} CASCADE")
+
+
+async def test_a_batch_at_a_time_holds_one_page_and_its_flow_trees_only(
+    redis_url: str,
+    pg_dsn: str,
+    target: JobQueue,
+    prefix: str,
+    pool: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Memory is bounded by the batch size, not the queue size: each time a batch is handed
+    to be written, the jobs held are at most a page plus the flow trees it reached (largest
+    here: a parent and its two children). Trees that straddle pages and queues still come
+    across whole: the end state equals a run with batches larger than every queue."""
+    await seed(redis_url, prefix)
+    held: list[int] = []
+    forget = Transformer.forget
+
+    def counting_forget(self: Transformer) -> None:
+        held.append(len(self.cache))
+        forget(self)
+
+    monkeypatch.setattr(Transformer, "forget", counting_forget)
+    report = await migrate(options(redis_url, pg_dsn, target, prefix, include_history=True,
+                                   batch_size=1))  # fmt: skip
+    assert report.exit_code is ExitCode.OK, report.render()
+    assert len(held) >= report.written // 3 and max(held) <= 1 + 3, held
+    monkeypatch.undo()
+    other = await JobQueue.connect(pool=pool, schema=f"{target.schema}_w")
+    await other.migrate()
+    try:
+        whole = await migrate(options(redis_url, pg_dsn, other, prefix, include_history=True,
+                                      batch_size=10_000))  # fmt: skip
+        assert whole.exit_code is ExitCode.OK
+        assert await final_state(other) == await final_state(target)
+    finally:
+        await pool.execute(f"DROP SCHEMA IF EXISTS {other.schema} CASCADE")
+
+
+async def test_verification_finds_a_changed_payload_and_a_removed_job(
+    redis_url: str, pg_dsn: str, target: JobQueue, prefix: str
+) -> None:
+    """PostgreSQL compares each stored payload with BullMQ's own text: a job whose payload
+    changed after the run, or whose row is gone, fails a later --verify-only run by name."""
+    ids = await seed(redis_url, prefix)
+    assert (await migrate(options(redis_url, pg_dsn, target, prefix))).exit_code is ExitCode.OK
+    main = engine_queue(prefix, "main")
+    await target.pool.execute(
+        f"UPDATE {target.schema}.jobs SET payload = '{{\"name\": \"w9\"}}' "
+        "WHERE queue = $1 AND job_key = $2",
+        main, ids["w1"],
+    )  # fmt: skip
+    await target.pool.execute(
+        f"DELETE FROM {target.schema}.jobs WHERE queue = $1 AND job_key = $2", main, ids["w2"]
+    )
+    check = await migrate(options(redis_url, pg_dsn, target, prefix, verify_only=True))
+    assert check.written == 0 and check.verified is False
+    assert check.exit_code is ExitCode.INCOMPLETE
+    assert sorted(check.problems) == sorted([
+        f"{prefix}:main {ids['w1']}: data differs from Redis",
+        f"{prefix}:main {ids['w2']}: not found through the facade",
+    ])  # fmt: skip
 
 
 async def test_a_job_added_during_the_run_is_detected(
