@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from pgjobs import sql
+from pgjobs import pool, sql
 from pgjobs.config import validate_schema
 from pgjobs.errors import SchemaMissing
 
@@ -51,10 +51,11 @@ async def create_pool(
     dsn: str | None = None, *, min_size: int = 1, max_size: int = 10, **kwargs: Any
 ) -> Any:
     """An asyncpg pool (``dsn`` or asyncpg's connection keywords) without the per-release reset
-    query, which would double the round trips
-    of every single-statement call. Code sharing it must not leave session state (use SET LOCAL
-    inside transactions, transaction-scoped advisory locks)."""
-    return await asyncpg.create_pool(
+    query, which would double the round trips of every single-statement call, and with a spare
+    lane (pgjobs.pool) that hands a clean connection from one call to the next without asyncpg's
+    acquire and release. Code sharing it must not leave session state (use SET LOCAL inside
+    transactions, transaction-scoped advisory locks)."""
+    return await pool.create(
         dsn, min_size=min_size, max_size=max_size, reset=_keep_session, **kwargs
     )
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from pgjobs import JobQueue, Registry
+from pgjobs import JobQueue, Registry, create_pool
 from pgjobs.devserver import find_or_start_postgres
 from tests.redis_server import find_or_start_redis
 
@@ -52,7 +52,7 @@ def registry() -> Registry:
 
 @pytest.fixture
 async def pool(pg_dsn: str, schema_name: str) -> AsyncIterator[asyncpg.Pool]:
-    pool = await asyncpg.create_pool(pg_dsn, min_size=1, max_size=12)
+    pool = await create_pool(pg_dsn, min_size=1, max_size=12)  # the engine's, spare lane included
     try:
         yield pool
     finally:
