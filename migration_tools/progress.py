@@ -9,7 +9,7 @@ from typing import TextIO
 
 class Progress:
     def __init__(self, total: int, label: str, stream: TextIO | None = None) -> None:
-        self.total = max(total, 1)
+        self.total = total  # may grow as queues are found
         self.label = label
         self.stream = stream or sys.stderr
         self.done = 0
@@ -19,7 +19,7 @@ class Progress:
 
     def advance(self, n: int) -> None:
         self.done += n
-        pct = min(100, self.done * 100 // self.total)
+        pct = min(100, self.done * 100 // max(self.total, 1))
         rate = self.done / max(time.monotonic() - self._start, 1e-9)
         if self.tty:
             bar = "#" * (pct // 4) + "." * (25 - pct // 4)

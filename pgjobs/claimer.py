@@ -21,7 +21,8 @@ logger = logging.getLogger("pgjobs.worker")
 
 CLAIM_AHEAD_BELOW_SECONDS = 0.05
 """A worker claims ahead of its free slots only while its handlers take less than this on
-average: a job claimed ahead waits for a slot, and that wait must stay short."""
+average, and only as many as its slots work through in about this long: a job claimed ahead
+waits for a slot, and that wait must stay short."""
 
 
 class Slots(Protocol):
@@ -72,6 +73,7 @@ class Claimer:
         *,
         lease: float,
         claim_ahead: int,
+        slots: int,
         poll_interval: float,
     ) -> None:
         self._db = db
@@ -79,6 +81,7 @@ class Claimer:
         self.kinds = kinds
         self.lease = lease
         self.claim_ahead = claim_ahead
+        self.slots = slots
         self.poll_interval = poll_interval
         self.handler_seconds: float | None = None
         """Moving average of handler run times (None until one has run)."""
@@ -93,11 +96,13 @@ class Claimer:
         self.handler_seconds = seconds if average is None else 0.9 * average + 0.1 * seconds
 
     def ahead_wanted(self) -> int:
-        """How many jobs to claim beyond the free slots: none until handlers are known short."""
+        """How many jobs to claim beyond the free slots: none until handlers are known short,
+        then up to ``claim_ahead``, as many as the slots finish in CLAIM_AHEAD_BELOW_SECONDS."""
         average = self.handler_seconds
         if average is None or average >= CLAIM_AHEAD_BELOW_SECONDS:
             return 0
-        return self.claim_ahead
+        within = self.slots * CLAIM_AHEAD_BELOW_SECONDS / max(average, 1e-6)
+        return min(self.claim_ahead, max(1, int(within)))
 
     async def claim(self, free: int) -> list[asyncpg.Record]:
         """Up to ``free`` jobs plus those claimed ahead, best first (priority, due time, id)."""

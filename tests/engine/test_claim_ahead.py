@@ -9,6 +9,7 @@ import pydantic
 import pytest
 
 from pgjobs import InvalidOption, JobContext, JobQueue, JobSpec, Registry
+from pgjobs.claimer import CLAIM_AHEAD_BELOW_SECONDS
 from pgjobs.worker import Worker
 from tests.helpers import eventually
 
@@ -146,3 +147,28 @@ async def renewed_past_claim(jobs: JobQueue, job_id: int, lease: float) -> bool:
             lease,
         )
     )
+
+
+def test_by_default_a_worker_claims_four_per_slot_ahead_bounded_by_the_wait(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    """claim_ahead defaults to 4 per slot; what a claim takes ahead also never exceeds what
+    the slots work through in CLAIM_AHEAD_BELOW_SECONDS at the handlers' average."""
+
+    @registry.kind("k", input=Item)
+    async def k(ctx: JobContext, item: Item) -> None:
+        return None
+
+    worker = jobs.worker(concurrency=3)
+    assert worker.claim_ahead == 12
+    claimer = worker._claimer
+    assert claimer.ahead_wanted() == 0  # no handler has run yet
+    claimer.record_run(0.0001)
+    assert claimer.ahead_wanted() == 12  # fast handlers: the whole allowance
+    claimer.handler_seconds = 0.025  # 3 slots work through 6 jobs in 50 ms
+    assert claimer.ahead_wanted() == 6
+    claimer.handler_seconds = 0.049
+    assert claimer.ahead_wanted() == 3
+    claimer.handler_seconds = CLAIM_AHEAD_BELOW_SECONDS
+    assert claimer.ahead_wanted() == 0
+    assert jobs.worker(concurrency=3, claim_ahead=2)._claimer.claim_ahead == 2
