@@ -113,3 +113,53 @@ async def test_a_spare_whose_server_went_away_is_replaced(small: Pool, pg_dsn: s
         await asyncio.sleep(0.01)
     assert spare._con is None or spare.is_closed()
     assert await backend(small) != first
+
+
+async def test_many_callers_on_a_small_pool_never_share_a_connection_nor_starve(
+    pg_dsn: str,
+) -> None:
+    """A stress test: 40 tasks on 3 connections, mixing one-statement calls, transactions,
+    explicit acquire and release, and blocks left by errors. No connection is ever in two
+    callers' hands at once, and every task finishes (the wait_for is a hang guard)."""
+    pool = await create_pool(pg_dsn, min_size=1, max_size=3)
+    in_hand: set[int] = set()
+    done = 0
+
+    async def use(conn: object) -> None:
+        pid = conn.get_server_pid()  # type: ignore[attr-defined]
+        assert pid not in in_hand, "a connection is in two callers' hands"
+        in_hand.add(pid)
+        try:
+            await asyncio.sleep(0)  # let others run while this one holds it
+            assert await conn.fetchval("SELECT 1") == 1  # type: ignore[attr-defined]
+        finally:
+            in_hand.discard(pid)
+
+    async def caller(n: int) -> None:
+        nonlocal done
+        for step in range(60):
+            kind = (n + step) % 4
+            if kind == 0:
+                assert await pool.fetchval("SELECT $1::int", step) == step
+            elif kind == 1:
+                async with pool.acquire() as conn, conn.transaction():
+                    await use(conn)
+            elif kind == 2:
+                conn = await pool.acquire()
+                try:
+                    await use(conn)
+                finally:
+                    await pool.release(conn)
+            else:
+                with pytest.raises(ZeroDivisionError):
+                    async with pool.acquire() as conn:
+                        await use(conn)
+                        _ = 1 / 0
+        done += 1
+
+    try:
+        await asyncio.wait_for(asyncio.gather(*(caller(n) for n in range(40))), 120)
+        assert done == 40
+        assert len(pool._spare) <= SPARE and pool.waiting == 0
+    finally:
+        await asyncio.wait_for(pool.close(), 30)
