@@ -17,6 +17,7 @@ from pgjobs import (
     EdgePolicy,
     InvalidOption,
     JobRow,
+    JsonText,
     Keep,
     Registry,
     Status,
@@ -74,14 +75,17 @@ def json_data(value: Any, option: str = "data") -> Any:
 
 
 def stored_data(value: Any) -> tuple[Any, str | None]:
-    """``value`` as BullMQ stores it (``json_data``), as the engine stores it: itself, or,
-    when jsonb cannot hold it (a NUL, a lone surrogate: BullMQ stores any JSON text), a
-    jsonb-safe copy plus the exact JSON (base64 of its UTF-8) for ``metadata.bullmq.raw_data``.
-    One serialisation: only text holding a ``\\u0000`` or ``\\ud…`` escape is checked further."""
+    """``value`` as BullMQ stores it (``json_data``), as the engine stores it: its JSON text
+    (``JsonText``, stored as it is), or, when jsonb cannot hold it (a NUL, a lone surrogate:
+    BullMQ stores any JSON text), a jsonb-safe copy plus the exact JSON (base64 of its UTF-8)
+    for ``metadata.bullmq.raw_data``. One serialisation: only text holding a ``\\u0000`` or
+    ``\\ud…`` escape is parsed again."""
     text = json.dumps(value, separators=(",", ":"), allow_nan=False)  # ASCII, as BullMQ's
+    if "\\u0000" not in text and "\\ud" not in text:
+        return JsonText(text), None
     data = json.loads(text)
-    if ("\\u0000" not in text and "\\ud" not in text) or jsonb_problem(data) is None:
-        return data, None
+    if jsonb_problem(data) is None:  # escapes of valid surrogate pairs
+        return JsonText(text), None
     return jsonb_safe(data), base64.b64encode(text.encode()).decode()
 
 

@@ -40,7 +40,7 @@ from pgjobs.imports import (
     ImportedStatus,
     ImportRecord,
 )
-from pgjobs.jsonvalue import NotJson, jsonb_problem, jsonb_safe
+from pgjobs.jsonvalue import JsonText, NotJson, jsonb_problem, jsonb_safe
 from pgjobs.jsonvalue import strip_nul as text_safe
 from pgjobs.kinds import Kind, Registry
 from pgjobs.maintenance import schedule_maintenance
@@ -122,6 +122,7 @@ __all__ = [
     "JobQueue",
     "JobRow",
     "JobSpec",
+    "JsonText",
     "Keep",
     "Kind",
     "LogLine",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import pydantic_core
@@ -67,6 +68,16 @@ def non_finite(value: Any, path: str = "") -> NotJson | None:
             if found:
                 return found
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class JsonText:
+    """A job input given as JSON text you already encoded (``json.dumps``): a kind whose input
+    is ``Any`` (and that names and groups jobs without reading it) stores the text as it is,
+    after checking that it is JSON jsonb can hold; any other kind parses and validates it. It
+    saves parsing and re-encoding data that arrives as JSON."""
+
+    text: str
 
 
 def jsonb_unsafe(text: str) -> bool:

@@ -85,11 +85,26 @@ class Kind(Generic[InputT]):
         )
 
     def validate(self, value: Any) -> InputT:
-        """The typed input, or InvalidJobInput naming this kind and the first bad field."""
+        """The typed input, or InvalidJobInput naming this kind and the first bad field. A
+        ``JsonText`` is parsed by the input type, or kept as text by a kind that stores its
+        input untouched (input ``Any``, no naming or grouping function): then only its syntax
+        is checked here, and jsonb's limits by ``encode``."""
+        if isinstance(value, jsonvalue.JsonText):
+            if not self._keeps_text:
+                return self.validate_json(value.text)
+            try:
+                pydantic_core.from_json(value.text, allow_inf_nan=False)
+            except ValueError as exc:
+                raise InvalidJobInput(self.name, "", f"not JSON text: {exc}") from None
+            return value  # type: ignore[return-value]  # stored as it is by encode
         try:
             return self.adapter.validate_python(value)
         except pydantic.ValidationError as exc:
             raise InvalidJobInput(self.name, *_first_error(exc)) from None
+
+    @property
+    def _keeps_text(self) -> bool:
+        return self.input is Any and self.job_name is None and self.group_key is None
 
     def validate_json(self, text: str) -> InputT:
         try:
@@ -99,6 +114,14 @@ class Kind(Generic[InputT]):
 
     def encode(self, value: InputT) -> str:
         """The typed input as jsonb-safe JSON text."""
+        if isinstance(value, jsonvalue.JsonText):
+            if jsonvalue.jsonb_unsafe(value.text):
+                raise InvalidJobInput(
+                    self.name,
+                    "",
+                    "holds a NUL character or a lone surrogate, which jsonb cannot store",
+                )
+            return value.text
         try:
             text = self.adapter.dump_json(value).decode()
         except pydantic_core.PydanticSerializationError:

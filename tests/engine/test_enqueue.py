@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 import pydantic
@@ -16,6 +17,7 @@ from pgjobs import (
     InvalidOption,
     JobQueue,
     JobSpec,
+    JsonText,
     Registry,
     Status,
     UnknownKind,
@@ -509,3 +511,34 @@ async def test_nan_and_infinity_are_refused_not_turned_into_null(
     ok = await jobs.enqueue("measure", {"value": 1.5})
     assert (await jobs.get(ok.id)).payload == {"value": 1.5}  # type: ignore[union-attr]
     assert await count(jobs) == 1
+
+
+async def test_json_text_is_stored_as_it_is_by_an_any_kind_and_parsed_by_a_typed_one(
+    jobs: JobQueue, registry: Registry, seen: list[int]
+) -> None:
+    """JsonText: JSON the caller already encoded. A kind whose input is Any stores the text
+    untouched (no parse and re-encode); a typed kind validates it as its model; bad text is
+    refused by name before anything is written."""
+    registry.declare("raw", input=Any, queue="raw")
+    text = '{"b": [1, 2.5, "x"], "a": {"nested": true}}'
+    [one] = await jobs.enqueue_batch("raw", [JsonText(text)])
+    single = await jobs.enqueue("raw", JsonText('"just a string"'))
+    stored = await jobs.db.pool.fetchval(
+        f"SELECT payload::text FROM {jobs.schema}.jobs WHERE id = $1", one.id
+    )
+    assert stored == '{"a": {"nested": true}, "b": [1, 2.5, "x"]}'  # jsonb's own order
+    assert (await jobs.get(single.id)).payload == "just a string"  # type: ignore[union-attr]
+    typed = await jobs.enqueue("item", JsonText('{"n": 7, "label": "seven"}'))
+    assert (await jobs.get(typed.id)).payload == {"n": 7, "label": "seven"}  # type: ignore[union-attr]
+    before = await count(jobs)
+    with pytest.raises(InvalidJobInput, match="n") as bad_field:
+        await jobs.enqueue("item", JsonText('{"n": "seven"}'))
+    assert bad_field.value.kind == "item"
+    for bad, says in (
+        ('{"a": ', "not JSON text"),
+        ('{"n": NaN}', "not JSON text"),
+        ('{"s": "a\\u0000b"}', "jsonb cannot store"),
+    ):
+        with pytest.raises(InvalidJobInput, match=says):
+            await jobs.enqueue_batch("raw", [JsonText('{"ok": 1}'), JsonText(bad)])
+    assert await count(jobs) == before
