@@ -306,7 +306,7 @@ async def _read_dedup(
     redis: Any, ref: QueueRef, taken_at_ms: int
 ) -> tuple[dict[str, tuple[str, int]], dict[str, dict[str, str]]]:
     """Dedup keys with their remaining TTL as of ``taken_at_ms``: each key's PTTL is read with
-    the server's clock in one transaction and shifted back to the snapshot's instant, so the
+    the server's clock in one transaction and shifted back to ``taken_at_ms``, so the
     expiry does not move by however long the scan took to reach the key."""
     dedup: dict[str, tuple[str, int]] = {}
     protos: dict[str, dict[str, str]] = {}
