@@ -77,10 +77,6 @@ class Notifier:
                         await self._db.fetchval("ping", conn=conn)
                 raise ConnectionError("LISTEN connection closed")
             except asyncio.CancelledError:
-                if conn is not None and not conn.is_closed():
-                    with contextlib.suppress(Exception):
-                        for channel in self._listeners:
-                            await conn.remove_listener(channel, self._deliver)
                 raise
             except Exception as exc:
                 if self._pool.is_closing():
@@ -104,7 +100,12 @@ class Notifier:
         return await self._pool.acquire()
 
     async def _disconnect(self, conn: Any) -> None:
+        """Close our own session, or give the pool's back without our listeners on it."""
         if self._db.listen_dsn is not None:
             await conn.close()
-        else:
-            await self._pool.release(conn)
+            return
+        if not conn.is_closed():
+            with contextlib.suppress(Exception):
+                for channel in self._listeners:
+                    await conn.remove_listener(channel, self._deliver)
+        await self._pool.release(conn)
