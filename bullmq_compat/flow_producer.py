@@ -16,7 +16,7 @@ from bullmq_compat.mapping import (
     edge_policy,
     enqueue_options,
     facade_registry,
-    json_data,
+    node_data,
 )
 from bullmq_compat.queue import Queue
 from bullmq_compat.types import QueueBaseOptions
@@ -149,7 +149,7 @@ class FlowProducer:
             options = enqueue_options(node.get("name", ""), job_opts, self.prefix, queue_name)
         else:  # a node without options (the common case): its queue's, computed once per name
             options = self._queue(queue_name)._plain(node.get("name", ""))
-        graph.add(handle, KIND, json_data(node.get("data")), **options)
+        graph.add(handle, KIND, node_data(node.get("data")), **options)
         if parent is not None:
             graph.edge(handle, parent, edge_policy(opts))
         for index, child in enumerate(node.get("children") or []):

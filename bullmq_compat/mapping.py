@@ -89,6 +89,15 @@ def stored_data(value: Any) -> tuple[Any, str | None]:
     return jsonb_safe(data), base64.b64encode(text.encode()).decode()
 
 
+def node_data(value: Any) -> Any:
+    """A flow node's data for the engine: its JSON text (``JsonText``) when jsonb holds it as
+    it is, else ``json_data`` (what the engine then makes of it, as for any value)."""
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    if "\\u0000" not in text and "\\ud" not in text:
+        return JsonText(text)
+    return json.loads(text)
+
+
 def exact_data(payload: Any, metadata: Any) -> Any:
     """A job's data as BullMQ holds it: the payload, or the exact JSON kept beside it when the
     payload is its jsonb-safe copy (the raw copy is ignored once the payload was replaced)."""
