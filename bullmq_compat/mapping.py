@@ -90,12 +90,11 @@ def stored_data(value: Any) -> tuple[Any, str | None]:
 
 
 def node_data(value: Any) -> Any:
-    """A flow node's data for the engine: its JSON text (``JsonText``) when jsonb holds it as
-    it is, else ``json_data`` (what the engine then makes of it, as for any value)."""
-    text = json.dumps(value, separators=(",", ":"), allow_nan=False)
-    if "\\u0000" not in text and "\\ud" not in text:
-        return JsonText(text)
-    return json.loads(text)
+    """A flow node's data for the engine: ``stored_data``'s JSON text when jsonb holds it as
+    it is, else ``json_data`` (flows keep no exact copy: the engine makes of it what it makes
+    of any value)."""
+    payload, raw = stored_data(value)
+    return payload if raw is None else json_data(value)
 
 
 def exact_data(payload: Any, metadata: Any) -> Any:

@@ -21,7 +21,7 @@ import asyncpg
 
 from bullmq_compat import bullmq_state, engine_queue, facade_registry
 from migration_tools import reader
-from migration_tools.layout import LegacyLayout
+from migration_tools.layout import LegacyLayout, state_of
 from migration_tools.ledger import Ledger, source
 from migration_tools.progress import Progress
 from migration_tools.reader import FINISHED, UNFINISHED, QueueRef
@@ -266,10 +266,6 @@ async def _run(redis: Any, jobs: JobQueue, options: MigrationOptions, report: Re
             report.problems.append("not deleting from Redis: the migration did not verify")
 
 
-CONTAINER_STATE = {"wait": "waiting", "paused": "waiting"}
-"""The state a job paged from a container must have to be emitted there (else the container
-BullMQ's precedence prefers emits it); other containers are their own state's name."""
-
 PROBLEMS_LISTED = 1000
 
 
@@ -357,7 +353,7 @@ class _Stream:
     async def page(self, ref: QueueRef, container: str, ids: list[str]) -> None:
         fetched = await reader.fetch_jobs(self.redis, ref, ids, container)
         self.transformer.remember(ref, fetched)
-        state = CONTAINER_STATE.get(container, container)
+        state = state_of({container: ""})  # a job is emitted from its state's container
         for job_id in ids:
             key = (ref, job_id)
             if key in self.done:

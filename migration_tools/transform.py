@@ -336,11 +336,8 @@ class Transformer:
             self.plan.warnings.append(f"{job.key}: data is not UTF-8 JSON; kept as raw bytes")
             stand_in = {"__bullmq_raw__": True}
             return stand_in, base64.b64encode(raw).decode(), stand_in, json.dumps(stand_in)
-        # Only text holding a \u0000 or a \uD800-\uDFFF escape, or Python's NaN/Infinity, can
-        # hold what jsonb cannot (valid JSON has no raw NUL): the full check runs for those.
-        suspect = (b"\\u0000", b"\\ud", b"nan", b"infinity")
-        lowered = raw.lower()
-        problem = jsonb_problem(data) if any(s in lowered for s in suspect) else None
+        # The full check runs only for text that may hold what jsonb cannot (_needs_safe).
+        problem = jsonb_problem(data) if _needs_safe(text) else None
         if problem is not None:
             self.plan.warnings.append(
                 f"{job.key}: data holds what PostgreSQL jsonb cannot ({problem}); the exact "

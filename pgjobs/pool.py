@@ -8,7 +8,9 @@ back a caller waiting for a connection; ``close``,
 ``terminate`` and ``expire_connections`` give the spares back first. Every acquirer goes
 through ``acquire`` (asyncpg's own ``fetch``, ``execute`` ... included), so a spare is just a
 connection taken early. Requires the engine's rule for shared pools: no session state left on
-a released connection (see ``executor.create_pool``)."""
+a released connection (see ``executor.create_pool``). It reads two of asyncpg's internals
+(a proxy's connection and its listener lists), which is why asyncpg is pinned below 0.33;
+tests/engine/test_pool.py fails if they move."""
 
 from __future__ import annotations
 
