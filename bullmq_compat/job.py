@@ -61,6 +61,34 @@ class Job:
     """A BullMQ job. Built by ``Queue.add``, ``Queue.getJob``, the worker, and
     ``Worker.getNextJob``."""
 
+    # Defaults that never change in place live on the class (an assignment shadows them per
+    # job), so that a bulk add builds each of its jobs with a few stores only.
+    progress: Any = 0
+    attemptsMade = 0
+    attemptsStarted = 0
+    stalledCounter = 0
+    processedOn: int | None = None
+    finishedOn: int | None = None
+    returnvalue: Any = None
+    failedReason: str | None = None
+    token: str | None = None
+    deferredFailure: str | None = None
+    """Why this parent fails when a worker takes it (a failParentOnFailure child failed);
+    set on jobs migrated in that state."""
+    engine_id: int | None = None
+    """The pgjobs id of this job: the bridge to the native API (``JobQueue.get``,
+    ``flow_view``, ...) for what BullMQ cannot do."""
+    context: JobContext | None = None
+    """The engine context of the claim running this job (None for a job read from a
+    Queue): the writes of the processor go through it, fenced by the claim."""
+    error: BaseException | None = None
+    """The exception of the attempt that failed last (for the worker's ``failed`` event)."""
+    worker: Worker | None = None
+    """The worker that took this job; ``manual`` when it was taken by ``getNextJob``, so
+    that moving it on is the caller's business, not a processor's."""
+    manual = False
+    _delay_until_ms: float | None = None
+
     def __init__(
         self,
         queue: Queue,
@@ -69,48 +97,23 @@ class Job:
         opts: dict[str, Any] | None = None,
         job_id: str | None = None,
     ) -> None:
-        opts = dict(opts or {})
+        opts = opts or {}
         self.queue = queue
         self.name = name
         self.data = data
         self.id = opts.get("jobId") or job_id
         self.opts: dict[str, Any] = {"attempts": 0, "delay": 0, **opts}
-        self.progress: Any = 0
         self.timestamp: int = opts.get("timestamp") or int(time.time() * 1000)
         self.delay: int = opts.get("delay") or 0
         self.priority: int = opts.get("priority") or 0
         self.attempts: int = opts.get("attempts") or 1
-        self.attemptsMade = 0
-        self.attemptsStarted = 0
-        self.stalledCounter = 0
-        self.processedOn: int | None = None
-        self.finishedOn: int | None = None
-        self.returnvalue: Any = None
-        self.failedReason: str | None = None
         self.stacktrace: list[str] = []
-        self.token: str | None = None
         self.repeatJobKey: str | None = opts.get("repeatJobKey")
-        self.deferredFailure: str | None = None
-        """Why this parent fails when a worker takes it (a failParentOnFailure child failed);
-        set on jobs migrated in that state."""
         parent = opts.get("parent")
         self.parent = {"id": parent.get("id"), "queueKey": parent.get("queue")} if parent else None
         self.parentKey = f"{parent['queue']}:{parent['id']}" if parent else None
         self.queueQualifiedName = queue.qualifiedName
-        self.engine_id: int | None = None
-        """The pgjobs id of this job: the bridge to the native API (``JobQueue.get``,
-        ``flow_view``, ...) for what BullMQ cannot do."""
-        self.context: JobContext | None = None
-        """The engine context of the claim running this job (None for a job read from a
-        Queue): the writes of the processor go through it, fenced by the claim."""
-        self.error: BaseException | None = None
-        """The exception of the attempt that failed last (for the worker's ``failed`` event)."""
-        self.worker: Worker | None = None
-        """The worker that took this job; ``manual`` when it was taken by ``getNextJob``, so
-        that moving it on is the caller's business, not a processor's."""
-        self.manual = False
         self._pending_logs: list[asyncio.Future[Any]] = []
-        self._delay_until_ms: float | None = None
 
     # -- construction ----------------------------------------------------------------------
 

@@ -89,6 +89,21 @@ def stored_data(value: Any) -> tuple[Any, str | None]:
     return jsonb_safe(data), base64.b64encode(text.encode()).decode()
 
 
+def stored_data_array(values: list[Any]) -> JsonText | None:
+    """The ``stored_data`` of each value as one JSON array text (one serialisation for a whole
+    bulk), or None when some value needs more than its JSON text (or is not JSON at all):
+    then each goes through ``stored_data``, which keeps or refuses it as for a single add."""
+    try:
+        text = json.dumps(values, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    if "\\u0000" not in text and "\\ud" not in text:
+        return JsonText(text)
+    if jsonb_problem(json.loads(text)) is None:  # escapes of valid surrogate pairs
+        return JsonText(text)
+    return None
+
+
 def node_data(value: Any) -> Any:
     """A flow node's data for the engine: ``stored_data``'s JSON text when jsonb holds it as
     it is, else ``json_data`` (flows keep no exact copy: the engine makes of it what it makes

@@ -24,6 +24,7 @@ from bullmq_compat.mapping import (
     facade_registry,
     json_data,
     stored_data,
+    stored_data_array,
     to_engine_priority,
 )
 from bullmq_compat.types import BulkJob, JobOptions, QueueBaseOptions
@@ -256,17 +257,15 @@ class Queue:
 
     async def _add_plain_bulk(self, jobs: Sequence[BulkJob], connection: Any) -> list[Job] | None:
         """Jobs without options (the common bulk): one engine batch sharing the options, each
-        job with its own name and data. None when a job's data needs its exact JSON kept
-        beside it (then each job goes with its own options)."""
+        job with its own name and data, all the data as one JSON array. None when a job's data
+        needs its exact JSON kept beside it, or is not JSON (then each job goes with its own
+        options, and the bad one is refused as by ``add``)."""
         names = [j["name"] for j in jobs]
         if not all(isinstance(name, str) for name in names):
             return None  # the general path names the bad one
-        payloads = []
-        for j in jobs:
-            payload, raw = stored_data(j.get("data"))
-            if raw is not None:
-                return None
-            payloads.append(payload)
+        payloads = stored_data_array([j.get("data") for j in jobs])
+        if payloads is None:
+            return None
         shared = {k: v for k, v in self._plain(names[0]).items() if k != "name"}
         for name in set(names):
             self._plain(name)  # each name is checked as BullMQ checks it

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any, Unpack
 
 import asyncpg
+import pydantic_core
 
 from pgjobs import events, imports, migrate, validation
 from pgjobs.config import DEFAULT_SCHEMA, dsn_from_env, notify_channel
@@ -29,6 +30,7 @@ from pgjobs.events import EventStream
 from pgjobs.executor import Connection, Database
 from pgjobs.flows import EdgePolicy, Flow, Flows, SubmittedFlow
 from pgjobs.imports import ImportCheck, ImportedEdge, ImportedJob, ImportRecord, import_jobs
+from pgjobs.jsonvalue import JsonText
 from pgjobs.kinds import Kind, Registry
 from pgjobs.maintenance import register_maintenance
 from pgjobs.models import (
@@ -228,7 +230,7 @@ class JobQueue:
     async def enqueue_batch(
         self,
         kind: str | Kind[Any],
-        inputs: Iterable[Any],
+        inputs: Iterable[Any] | JsonText,
         *,
         names: Iterable[str] | None = None,
         connection: Connection | None = None,
@@ -237,33 +239,40 @@ class JobQueue:
     ) -> list[EnqueueResult]:
         """Enqueue one job of ``kind`` per input, all with the same ``options``, in one
         statement; results in input order. The fastest bulk path: the options are validated
-        once and bound once, not per job. ``names``: one job name per input (default: the
-        kind's). Options that name one job (``job_key``, ``dedup_key``, ``lifo``...) are
-        refused: use ``enqueue_many``. If any input is invalid, nothing is written;
-        ``connection`` and ``durability`` as for ``enqueue``."""
+        once and bound once, and the inputs are validated and encoded as one list, not per
+        job. ``inputs`` may be one ``JsonText`` holding a JSON array, one input per element
+        (JSON you already encoded). ``names``: one job name per input (default: the kind's).
+        Options that name one job (``job_key``, ``dedup_key``, ``lifo``...) are refused: use
+        ``enqueue_many``. If any input is invalid, nothing is written (InvalidJobInput names
+        its position, ``index``); ``connection`` and ``durability`` as for ``enqueue``."""
         commit = self._commit(durability)
-        values = list(inputs)
+        values = inputs if isinstance(inputs, JsonText) else list(inputs)
         if not values:
             return []
+        listed = None if names is None else list(names)
         if self.telemetry is not None:
             name = kind.name if isinstance(kind, Kind) else kind
-            with self.telemetry.enqueue_span(name, options.get("queue"), len(values)) as carrier:
+            if listed is not None:
+                count = len(listed)
+            elif isinstance(values, JsonText):
+                count = len(pydantic_core.from_json(values.text))
+            else:
+                count = len(values)
+            with self.telemetry.enqueue_span(name, options.get("queue"), count) as carrier:
                 options["metadata"] = self.telemetry.carry(options.get("metadata"), carrier)
-                return await self._enqueue_batch(kind, values, names, connection, commit, options)
-        return await self._enqueue_batch(kind, values, names, connection, commit, options)
+                return await self._enqueue_batch(kind, values, listed, connection, commit, options)
+        return await self._enqueue_batch(kind, values, listed, connection, commit, options)
 
     async def _enqueue_batch(
         self,
         kind: str | Kind[Any],
-        values: list[Any],
-        names: Iterable[str] | None,
+        values: list[Any] | JsonText,
+        names: list[str] | None,
         connection: Connection | None,
         commit: str | None,
         options: BatchOptions,
     ) -> list[EnqueueResult]:
-        prepared = prepare_batch(
-            kind, values, None if names is None else list(names), dict(options), self.registry
-        )
+        prepared = prepare_batch(kind, values, names, dict(options), self.registry)
         if isinstance(prepared, PreparedBatch):
             return await insert_batch(self.db, prepared, connection, commit)
         return await insert_many(self.db, prepared, connection, commit)

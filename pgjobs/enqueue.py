@@ -244,12 +244,13 @@ class PreparedBatch:
 
     template: PreparedJob
     names: list[str]
-    payloads: list[str]
+    payloads: str
+    """One JSON array text: the payload of each job, in order."""
 
 
 def prepare_batch(
     kind_or_name: str | Kind[Any],
-    inputs: list[Any],
+    inputs: list[Any] | jsonvalue.JsonText,
     names: list[str] | None,
     options: dict[str, Any],
     registry: Registry,
@@ -262,24 +263,40 @@ def prepare_batch(
             raise InvalidOption(
                 option, "names one job: give each job its own with enqueue_many (JobSpec)"
             )
-    if names is not None and len(names) != len(inputs):
-        raise InvalidOption(
-            "names", f"must have one name per input ({len(inputs)}), got {len(names)}"
-        )
     kind = kind_or_name if isinstance(kind_or_name, Kind) else registry.get(kind_or_name)
     if kind.job_name is not None or (
         kind.group_key is not None and options.get("group_key") is None
     ):
+        values = _batch_values(kind, inputs)
+        _check_names(names, values)
         return [
             prepare(
                 JobSpec(kind, value, name=None if names is None else names[i], **options), registry
             )
-            for i, value in enumerate(inputs)
+            for i, value in enumerate(values)
         ]
-    payloads = [kind.encode(kind.validate(value)) for value in inputs]
-    checked = [kind.name] * len(inputs) if names is None else [_name(name) for name in names]
-    template = prepare(JobSpec(kind, inputs[0], name=checked[0], **options), registry)
+    payloads, typed = kind.encode_many(inputs)
+    _check_names(names, typed)
+    if not typed:
+        return []
+    checked = [kind.name] * len(typed) if names is None else _names(names)
+    template = prepare(JobSpec(kind, typed[0], name=checked[0], **options), registry)
     return PreparedBatch(template, checked, payloads)
+
+
+def _batch_values(kind: Kind[Any], inputs: list[Any] | jsonvalue.JsonText) -> list[Any]:
+    """The inputs of a batch one by one (a JsonText array's elements, each still JSON)."""
+    if not isinstance(inputs, jsonvalue.JsonText):
+        return inputs
+    _, values = kind.encode_many(inputs)
+    return values
+
+
+def _check_names(names: list[str] | None, inputs: list[Any]) -> None:
+    if names is not None and len(names) != len(inputs):
+        raise InvalidOption(
+            "names", f"must have one name per input ({len(inputs)}), got {len(names)}"
+        )
 
 
 def _only_kind_and_input(spec: JobSpec) -> bool:
@@ -310,6 +327,15 @@ def _only_kind_and_input(spec: JobSpec) -> bool:
 
 def _name(value: Any) -> str:
     return validation.text("name", value, optional=False) or ""
+
+
+def _names(names: list[Any]) -> list[str]:
+    """A batch's names, each checked; a bulk usually repeats a few, checked once each."""
+    if all(type(name) is str for name in names):
+        for name in set(names):
+            _name(name)
+        return names
+    return [_name(name) for name in names]
 
 
 def _backoff_text(value: Any) -> str:
@@ -448,7 +474,9 @@ async def insert_many(
             for job in jobs
         ]
     if len(jobs) > 1 and _uniform(jobs):
-        batch = PreparedBatch(jobs[0], [job.name for job in jobs], [job.payload for job in jobs])
+        batch = PreparedBatch(
+            jobs[0], [job.name for job in jobs], "[" + ",".join(job.payload for job in jobs) + "]"
+        )
         return await insert_batch(db, batch, conn, commit)
     first_of_key: dict[tuple[str, tuple[str, str, str]], int] = {}
     unique: list[PreparedJob] = []

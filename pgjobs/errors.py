@@ -16,12 +16,17 @@ class InvalidOption(PgJobsError, ValueError):
 
 
 class InvalidJobInput(PgJobsError, ValueError):
-    """A job's payload does not satisfy its kind's input model (or is not JSON)."""
+    """A job's payload does not satisfy its kind's input model (or is not JSON). ``index``:
+    the position of the bad input in a batch (None for a single job)."""
 
-    def __init__(self, kind: str, field: str, message: str) -> None:
+    def __init__(self, kind: str, field: str, message: str, index: int | None = None) -> None:
         self.kind = kind
         self.field = field
+        self.index = index
+        self.reason = message
         where = f"field {field!r}" if field else "payload"
+        if index is not None:
+            where = f"input {index}: {where}"
         super().__init__(f"invalid input for kind {kind!r}: {where}: {message}")
 
 

@@ -31,13 +31,21 @@ HELD_BACK_POLL_SECONDS = 0.02  # an event was announced but an older transaction
 HELD_BACK_ROUNDS = 50
 
 
-def _parse_cursor(cursor: str) -> tuple[str, int]:
+Cursor = tuple[str, int, int]
+"""(txid, row id, part): part is a job's position in a row of several jobs' events, else 0."""
+
+
+def _parse_cursor(cursor: str) -> Cursor:
     if cursor == FROM_START:
-        return "0", 0
-    txid, sep, event_id = cursor.partition(":")
-    if not sep or not txid.isdigit() or not event_id.isdigit():
+        return "0", 0, 0
+    parts = cursor.split(":")
+    if len(parts) not in (2, 3) or not all(part.isdigit() for part in parts):
         raise InvalidOption("after", f"must be {FROM_START!r} or a JobEvent.cursor, got {cursor!r}")
-    return txid, int(event_id)
+    return parts[0], int(parts[1]), int(parts[2]) if len(parts) == 3 else 0
+
+
+def _format_cursor(txid: str, row_id: int, part: int) -> str:
+    return f"{txid}:{row_id}:{part}" if part else f"{txid}:{row_id}"
 
 
 class EventStream:
@@ -65,7 +73,7 @@ class EventStream:
         self._tenant = tenant
         self._any_tenant = any_tenant
         self._batch = batch
-        self._cursor: tuple[str, int] | None = None if after is None else _parse_cursor(after)
+        self._cursor: Cursor | None = None if after is None else _parse_cursor(after)
         self._skip_snapshot: str | None = None
         self._buffer: deque[JobEvent] = deque()
         self._wake = asyncio.Event()
@@ -87,15 +95,15 @@ class EventStream:
         if self._cursor is None:
             row = await self._db.fetchrow("events_start")
             assert row is not None
-            self._cursor = (row["xmin"], 0)
+            self._cursor = (row["xmin"], 0, 0)
             self._skip_snapshot = row["snapshot"]
 
     @property
     def cursor(self) -> str | None:
         """Resume point: the cursor of the last event delivered (None before the first)."""
-        if self._cursor is None or self._cursor == ("0", 0):
+        if self._cursor is None or self._cursor == ("0", 0, 0):
             return None
-        return f"{self._cursor[0]}:{self._cursor[1]}"
+        return _format_cursor(*self._cursor)
 
     @property
     def buffered(self) -> int:
@@ -149,11 +157,12 @@ class EventStream:
             self._batch,
             self._any_tenant,
             self._tenant,
+            self._cursor[2],
         )
         for row in rows:
             self._buffer.append(_event(row))
         if rows:
-            self._cursor = (rows[-1]["txid"], rows[-1]["id"])
+            self._cursor = (rows[-1]["txid"], rows[-1]["id"], rows[-1]["part"])
         return len(rows)
 
 
@@ -190,7 +199,7 @@ async def publish(
 
 def _event(row: Any) -> JobEvent:
     return JobEvent(
-        cursor=f"{row['txid']}:{row['id']}",
+        cursor=_format_cursor(row["txid"], row["id"], row["part"]),
         queue=row["queue"],
         event=row["event"],
         job_id=row["job_id"],

@@ -7,7 +7,9 @@ backoff, deferral budget, priority, how to name and group a job from its input).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+import functools
+import json
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -37,6 +39,16 @@ def _first_error(exc: pydantic.ValidationError) -> tuple[str, str]:
     if len(errors) > 1:
         message += f" (and {len(errors) - 1} more error(s))"
     return field_path, message
+
+
+def _batch_error(kind: str, exc: pydantic.ValidationError) -> InvalidJobInput:
+    """A list adapter's error as InvalidJobInput: the first bad input's position and field."""
+    first = exc.errors(include_url=False)[0]
+    loc = first["loc"]
+    if not loc or not isinstance(loc[0], int):  # not a list at all
+        return InvalidJobInput(kind, "", f"a batch must be a JSON array: {first['msg']}")
+    field_path = ".".join(str(part) for part in loc[1:])
+    return InvalidJobInput(kind, field_path, first["msg"], index=loc[0])
 
 
 @dataclass(frozen=True, eq=False)
@@ -145,6 +157,64 @@ class Kind(Generic[InputT]):
             return jsonvalue.dumps(plain)
         except jsonvalue.NotJson as exc:
             raise InvalidJobInput(self.name, exc.path, exc.message) from None
+
+    @functools.cached_property
+    def _list_adapter(self) -> pydantic.TypeAdapter[list[InputT]]:
+        return pydantic.TypeAdapter(list[self.input])  # type: ignore[name-defined]
+
+    def encode_many(self, inputs: Sequence[Any] | jsonvalue.JsonText) -> tuple[str, list[Any]]:
+        """Validate a batch of inputs at once: (one JSON array text of their encodings, the
+        typed inputs). Each element is what ``encode(validate(input))`` gives, but one pass of
+        pydantic validates and serialises the whole list. ``inputs`` may be one ``JsonText``
+        holding a JSON array (one input per element). A bad input raises InvalidJobInput with
+        its position (``index``) and field; nothing is returned half-done."""
+        if isinstance(inputs, jsonvalue.JsonText):
+            return self._encode_json_array(inputs.text)
+        if any(isinstance(value, jsonvalue.JsonText) for value in inputs):
+            typed = [self._at(i, self.validate, value) for i, value in enumerate(inputs)]
+            return self._join(typed), typed
+        try:
+            typed = self._list_adapter.validate_python(inputs)
+        except pydantic.ValidationError as exc:
+            raise _batch_error(self.name, exc) from None
+        try:
+            text = self._list_adapter.dump_json(typed).decode()
+        except pydantic_core.PydanticSerializationError:
+            text = None
+        # as in encode: text without a null (maybe a NaN) or what jsonb refuses is the answer
+        if text is not None and "null" not in text and not jsonvalue.jsonb_unsafe(text):
+            return text, typed
+        return self._join(typed), typed
+
+    def _encode_json_array(self, text: str) -> tuple[str, list[Any]]:
+        if not self._keeps_text:
+            try:
+                typed = self._list_adapter.validate_json(text)
+            except pydantic.ValidationError as exc:
+                raise _batch_error(self.name, exc) from None
+            return self.encode_many(typed)
+        try:
+            values = pydantic_core.from_json(text, allow_inf_nan=False)
+        except ValueError as exc:
+            raise InvalidJobInput(self.name, "", f"not JSON text: {exc}") from None
+        if not isinstance(values, list):
+            raise InvalidJobInput(self.name, "", "a batch given as JsonText must be a JSON array")
+        if jsonvalue.jsonb_unsafe(text):
+            for i, value in enumerate(values):
+                self._at(i, self.encode, jsonvalue.JsonText(json.dumps(value)))
+        return text, values
+
+    def _join(self, typed: list[Any]) -> str:
+        return (
+            "[" + ",".join(self._at(i, self.encode, value) for i, value in enumerate(typed)) + "]"
+        )
+
+    def _at(self, index: int, step: Callable[[Any], Any], value: Any) -> Any:
+        """``step(value)``, its InvalidJobInput given the input's position in the batch."""
+        try:
+            return step(value)
+        except InvalidJobInput as exc:
+            raise InvalidJobInput(self.name, exc.field, exc.reason, index=index) from None
 
     def label(self, value: InputT) -> str:
         return self.job_name(value) if self.job_name else self.name

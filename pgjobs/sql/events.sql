@@ -16,31 +16,46 @@ SELECT pg_notify($5, queue) FROM ins;
 SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS xmin, pg_current_snapshot()::text AS snapshot;
 
 -- name: read_events
--- Up to $5 events of queues $1 after cursor ($2, $3), skipping transactions visible in
--- snapshot $4 (when given), scoped to tenant $7 unless $6.
-SELECT id, txid::text AS txid, queue, job_id, job_key, tenant, event, prev, data::text AS data, at
-FROM {schema}.job_events
-WHERE queue = ANY($1::text[])
-  AND (txid, id) > ($2::text::xid8, $3::bigint)
-  AND txid < pg_snapshot_xmin(pg_current_snapshot())
-  AND ($4::text IS NULL OR NOT pg_visible_in_snapshot(txid, $4::text::pg_snapshot))
-  AND ($6::bool OR tenant IS NOT DISTINCT FROM $7::text)
-ORDER BY txid, id
+-- Up to $5 events of queues $1 after cursor ($2, $3, $8), skipping transactions visible in
+-- snapshot $4 (when given), scoped to tenant $7 unless $6. A row of several jobs' 'added'
+-- events (`added`, migration 0018) gives one event per job, `part` its position (from 1);
+-- any other row is one event, part 0.
+SELECT e.id, e.txid::text AS txid, e.queue, coalesce(b.job_id, e.job_id) AS job_id,
+       CASE WHEN e.added IS NULL THEN e.job_key ELSE b.job_key END AS job_key,
+       e.tenant, e.event, e.prev,
+       (CASE WHEN e.added IS NULL THEN e.data
+             ELSE {schema}.added_event_data(b.name, b.pending_deps, b.run_at, b.priority, e.at)
+        END)::text AS data,
+       e.at, coalesce(b.part, 0) AS part
+FROM {schema}.job_events e
+LEFT JOIN LATERAL unnest(e.added) WITH ORDINALITY
+    AS b(job_id, job_key, name, pending_deps, run_at, priority, part) ON true
+WHERE e.queue = ANY($1::text[])
+  AND (e.txid, e.id) >= ($2::text::xid8, $3::bigint)
+  AND (e.txid, e.id, coalesce(b.part, 0)) > ($2::text::xid8, $3::bigint, $8::bigint)
+  AND e.txid < pg_snapshot_xmin(pg_current_snapshot())
+  AND ($4::text IS NULL OR NOT pg_visible_in_snapshot(e.txid, $4::text::pg_snapshot))
+  AND ($6::bool OR e.tenant IS NOT DISTINCT FROM $7::text)
+ORDER BY e.txid, e.id, part
 LIMIT $5;
 
 -- name: trim_events
--- Keep the newest $1 events of each queue, and none older than $2 seconds; returns how many went.
+-- Keep the newest $1 events of each queue, and none older than $2 seconds; returns how many
+-- went. A row of several jobs' events (migration 0018) counts as that many and goes whole,
+-- once the newer rows hold $1 events.
 WITH gone AS (
 DELETE FROM {schema}.job_events e
 USING (
     SELECT txid, id FROM (
         SELECT txid, id, at,
-               row_number() OVER (PARTITION BY queue ORDER BY txid DESC, id DESC) AS rn
+               sum(coalesce(cardinality(added), 1))
+                   OVER (PARTITION BY queue ORDER BY txid DESC, id DESC)
+               - coalesce(cardinality(added), 1) AS newer
         FROM {schema}.job_events
     ) ranked
-    WHERE rn > $1 OR at < now() - make_interval(secs => $2::float8)
+    WHERE newer >= $1 OR at < now() - make_interval(secs => $2::float8)
 ) old
 WHERE e.txid = old.txid AND e.id = old.id
-RETURNING 1
+RETURNING coalesce(cardinality(e.added), 1) AS events
 )
-SELECT count(*) FROM gone;
+SELECT coalesce(sum(events), 0)::bigint FROM gone;

@@ -6,14 +6,18 @@
 id, queue, name, job_key, tenant, pending_deps, run_at, priority, record_events
 
 -- fragment: added_events
--- The 'added' event of every inserted job that records events (the statement's CTE `ins`
--- returns inserted_columns), with its notification: written by the inserting statement itself
--- (sql/schema/job_events.sql says why).
+-- The 'added' events of the inserted jobs that record events (the statement's CTE `ins`
+-- returns inserted_columns), with their notification: written by the inserting statement
+-- itself (sql/schema/job_events.sql says why), as one row per queue and tenant holding its
+-- jobs in id order (migration 0018); the rows in the order of their first job.
 added AS (
-    INSERT INTO {schema}.job_events (queue, job_id, job_key, tenant, event, data)
-    SELECT a.queue, a.id, a.job_key, a.tenant, 'added',
-           {schema}.added_event_data(a.name, a.pending_deps, a.run_at, a.priority)
-    FROM ins a WHERE a.record_events ORDER BY a.id
+    INSERT INTO {schema}.job_events (queue, tenant, event, added)
+    SELECT a.queue, a.tenant, 'added',
+           array_agg(ROW(a.id, a.job_key, a.name, a.pending_deps, a.run_at, a.priority)
+                     ::{schema}.added_job ORDER BY a.id)
+    FROM ins a WHERE a.record_events
+    GROUP BY a.queue, a.tenant
+    ORDER BY min(a.id)
     RETURNING pg_notify('{schema}_events', queue)
 )
 

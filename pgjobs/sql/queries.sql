@@ -66,20 +66,23 @@ FROM src LEFT JOIN ins ON ins.id = src.id
 ORDER BY src.ord;
 
 -- name: enqueue_uniform
--- Insert many jobs that differ only by name ($1) and payload ($2) and hold no job key, dedup
--- key or flow, so none can conflict: the common bulk enqueue, with every other column bound
--- once ($3-$15, enqueue_one's order without name, payload and the keys) instead of an array
--- per column. One row back: the new ids in input order. $16: the notification channel; $17:
--- synchronous_commit, and the 'added' events, as for enqueue_one.
+-- Insert many jobs that differ only by name ($1) and payload ($2, one JSON array: the payload
+-- of each job, parsed once) and hold no job key, dedup key or flow, so none can conflict: the
+-- common bulk enqueue, with every other column bound once ($3-$15, enqueue_one's order without
+-- name, payload and the keys) instead of an array per column. One row back: the new ids in
+-- input order. $16: the notification channel; $17: synchronous_commit, and the 'added'
+-- events, as for enqueue_one.
 WITH src AS MATERIALIZED (
-    SELECT nextval('{schema}.jobs_id_seq') AS id, u.name, u.payload, u.ord
-    FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(name, payload, ord)
+    SELECT nextval('{schema}.jobs_id_seq') AS id, n.name, p.payload, p.ord
+    FROM jsonb_array_elements($2::text::jsonb) WITH ORDINALITY AS p(payload, ord)
+    JOIN unnest($1::text[]) WITH ORDINALITY AS n(name, ord) ON n.ord = p.ord
+    ORDER BY p.ord  -- nextval runs after the sort: ids in input order
 ),
 ins AS (
     INSERT INTO {schema}.jobs (id, queue, kind, name, payload, priority, run_at, max_attempts,
                                max_deferrals, backoff, group_key, tenant, metadata, retention,
                                record_events)
-    SELECT id, $3, $4, name, payload::jsonb, $5,
+    SELECT id, $3, $4, name, payload, $5,
            coalesce($6::timestamptz, now() + make_interval(secs => coalesce($7::float8, 0))),
            $8, $9, $10::text::jsonb, $11, $12, $13::text::jsonb, $14::text::jsonb, $15
     FROM src

@@ -102,6 +102,7 @@ async def test_add_bulk_without_options_keeps_each_name_data_and_order(
     queue = Queue("bulk-plain", opts)
     jobs = [{"name": f"n{i % 3}", "data": {"i": i}} for i in range(50)]
     jobs[7] = {"name": "odd", "data": {"s": "a\x00b"}}  # needs its exact copy kept
+    jobs[3] = {"name": "n0", "data": {"s": "\U0001f600", "t": None}}  # a surrogate pair; a null
     for batch in (jobs[:7], jobs[8:], [jobs[7], jobs[8]]):
         added = await queue.addBulk(batch)
         assert [(j.name, j.data) for j in added] == [(b["name"], b["data"]) for b in batch]

@@ -205,7 +205,8 @@ async def test_enqueue_batch_with_one_bad_input_writes_nothing(
 ) -> None:
     with pytest.raises(InvalidJobInput) as info:
         await jobs.enqueue_batch("item", [{"n": 1}, {"n": "x"}])
-    assert info.value.field == "n"
+    assert (info.value.field, info.value.index) == ("n", 1)
+    assert "input 1: field 'n'" in str(info.value)
     with pytest.raises(InvalidOption) as bad_name:
         await jobs.enqueue_batch("item", [{"n": 1}, {"n": 2}], names=["a", ""])
     assert bad_name.value.option == "name"
@@ -511,6 +512,40 @@ async def test_nan_and_infinity_are_refused_not_turned_into_null(
     ok = await jobs.enqueue("measure", {"value": 1.5})
     assert (await jobs.get(ok.id)).payload == {"value": 1.5}  # type: ignore[union-attr]
     assert await count(jobs) == 1
+
+
+async def test_a_batch_given_as_one_json_array_text(
+    jobs: JobQueue, registry: Registry, seen: list[int]
+) -> None:
+    """enqueue_batch takes one JsonText holding a JSON array: one job per element, in order;
+    an Any kind stores each element, a typed kind validates each; a bad element is named by
+    its position, text that is not an array is refused, and nothing is written then."""
+    registry.declare("raw", input=Any, queue="raw")
+    raw = await jobs.enqueue_batch(
+        "raw", JsonText('[{"a": 1}, "two", [3], null]'), names=["w", "x", "y", "z"]
+    )
+    rows = [await jobs.get(r.id) for r in raw]
+    assert [(r.name, r.payload) for r in rows if r] == [
+        ("w", {"a": 1}), ("x", "two"), ("y", [3]), ("z", None),
+    ]  # fmt: skip
+    typed = await jobs.enqueue_batch("item", JsonText('[{"n": 1}, {"n": 2, "label": "b"}]'))
+    rows = [await jobs.get(r.id) for r in typed]
+    assert [r.payload for r in rows if r] == [{"n": 1, "label": ""}, {"n": 2, "label": "b"}]
+    assert await jobs.enqueue_batch("raw", JsonText("[]")) == []
+    before = await count(jobs)
+    with pytest.raises(InvalidJobInput) as bad_item:
+        await jobs.enqueue_batch("item", JsonText('[{"n": 1}, {"n": 2}, {"n": "x"}]'))
+    assert (bad_item.value.index, bad_item.value.field) == (2, "n")
+    with pytest.raises(InvalidJobInput, match="input 1: payload: .*jsonb cannot store"):
+        await jobs.enqueue_batch("raw", JsonText('[{"ok": 1}, {"s": "a\\u0000b"}]'))
+    for not_array in ('{"n": 1}', "[1, "):
+        with pytest.raises(InvalidJobInput, match="JSON array|not JSON text"):
+            await jobs.enqueue_batch("raw", JsonText(not_array))
+        with pytest.raises(InvalidJobInput, match="JSON array|Invalid JSON"):
+            await jobs.enqueue_batch("item", JsonText(not_array))
+    with pytest.raises(InvalidOption, match="names"):
+        await jobs.enqueue_batch("raw", JsonText("[1, 2]"), names=["only-one"])
+    assert await count(jobs) == before
 
 
 async def test_json_text_is_stored_as_it_is_by_an_any_kind_and_parsed_by_a_typed_one(

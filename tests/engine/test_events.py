@@ -151,15 +151,39 @@ async def test_gc_keeps_the_newest_events_per_queue(jobs: JobQueue, kinds: None)
         await jobs.enqueue("work", {"n": n}, events=True, queue="b")
     result = await collect_garbage(jobs.db, GcInput(events_per_queue=2))
     assert result["deleted_events"] == 6
-    rows = await jobs.db.pool.fetch(
-        f"SELECT queue, job_id FROM {jobs.schema}.job_events ORDER BY queue, id"
-    )
-    by_queue: dict[str, list[int]] = {}
-    for row in rows:
-        by_queue.setdefault(row["queue"], []).append(row["job_id"])
-    assert {q: len(ids) for q, ids in by_queue.items()} == {"q": 2, "b": 2}
-    newest_q = await jobs.list_jobs(JobFilter(queue="q"), limit=2)
-    assert sorted(by_queue["q"]) == sorted(r.id for r in newest_q)
+    for queue in ("q", "b"):
+        async with jobs.events([queue], after="0") as replay:
+            kept = await take(replay, 2)
+            assert replay.buffered == 0  # the read that found these two found nothing more
+        newest = await jobs.list_jobs(JobFilter(queue=queue), limit=2)
+        assert sorted(e.job_id for e in kept) == sorted(r.id for r in newest)  # type: ignore[type-var]
+
+
+async def test_a_batch_logs_one_added_event_per_job_and_resumes_inside_it(
+    jobs: JobQueue, kinds: None
+) -> None:
+    """A bulk enqueue's 'added' events are stored together (one row per queue) and read back
+    as one event per job, in id order, each with its own cursor: a stream resumed from the
+    middle of a batch continues with the next job of it, and the trim counts each job."""
+    batch = await jobs.enqueue_batch("work", [{"n": n} for n in range(6)], events=True)
+    single = await jobs.enqueue("work", {"n": 9}, events=True, job_key="k9")
+    ids = [r.id for r in batch]
+    rows = await jobs.db.pool.fetchval(f"SELECT count(*) FROM {jobs.schema}.job_events")
+    assert rows == 2
+    async with jobs.events(["q"], after="0") as replay:
+        events = await take(replay, 7)
+    assert [(e.event, e.job_id) for e in events] == [("added", i) for i in [*ids, single.id]]
+    assert [e.data["state"] for e in events] == ["ready"] * 7
+    assert events[-1].job_key == "k9" and events[0].job_key is None
+    assert len({e.cursor for e in events}) == 7
+    async with jobs.events(["q"], after=events[2].cursor) as resumed:
+        rest = await take(resumed, 4)
+    assert [e.job_id for e in rest] == [*ids[3:], single.id]
+    # a row goes whole, and only once the newer rows hold the number of events kept
+    kept = await collect_garbage(jobs.db, GcInput(events_per_queue=3))
+    assert kept["deleted_events"] == 0
+    trimmed = await collect_garbage(jobs.db, GcInput(events_per_queue=1))
+    assert trimmed["deleted_events"] == 6
 
 
 async def test_bad_stream_arguments_are_named(jobs: JobQueue) -> None:

@@ -9,16 +9,20 @@
 -- than every one still running (events.sql), so an event never lands behind a reader's cursor.
 
 -- Added rows are written by the statements that insert jobs (enqueue_one, enqueue_many,
--- import_jobs, insert_flow's nodes, rerun_flow), in a CTE of the same statement, with the data
--- below: no statement trigger on INSERT, so an insert of jobs without the flag (every native
--- job by default) captures no transition table.
+-- enqueue_uniform, import_jobs, insert_flow's nodes, rerun_flow), in a CTE of the same
+-- statement (fragments.sql, added_events): one row per queue and tenant, its jobs in `added`
+-- (migration 0018). No statement trigger on INSERT, so an insert of jobs without the flag
+-- (every native job by default) captures no transition table. An added event's data is built
+-- when it is read, by the function below, as of the time the job was added (`added_at`, the
+-- row's `at`, which is its transaction's now()).
+DROP FUNCTION IF EXISTS {schema}.added_event_data(text, int, timestamptz, int);
 CREATE OR REPLACE FUNCTION {schema}.added_event_data(
-    job_name text, deps int, due timestamptz, job_priority int
+    job_name text, deps int, due timestamptz, job_priority int, added_at timestamptz
 ) RETURNS jsonb LANGUAGE sql STABLE AS $fn$
     SELECT jsonb_build_object(
         'name', job_name,
         'state', CASE WHEN deps > 0 THEN 'waiting_children'
-                      WHEN due > now() THEN 'delayed' ELSE 'ready' END,
+                      WHEN due > added_at THEN 'delayed' ELSE 'ready' END,
         'run_at', due, 'priority', job_priority)
 $fn$;
 
