@@ -536,12 +536,12 @@ async def test_a_batch_given_as_one_json_array_text(
     with pytest.raises(InvalidJobInput) as bad_item:
         await jobs.enqueue_batch("item", JsonText('[{"n": 1}, {"n": 2}, {"n": "x"}]'))
     assert (bad_item.value.index, bad_item.value.field) == (2, "n")
-    with pytest.raises(InvalidJobInput, match="input 1: payload: .*jsonb cannot store"):
+    with pytest.raises(InvalidJobInput, match=r"input 1: payload: .*jsonb cannot store"):
         await jobs.enqueue_batch("raw", JsonText('[{"ok": 1}, {"s": "a\\u0000b"}]'))
     for not_array in ('{"n": 1}', "[1, "):
-        with pytest.raises(InvalidJobInput, match="JSON array|not JSON text"):
+        with pytest.raises(InvalidJobInput, match=r"JSON array|not JSON text"):
             await jobs.enqueue_batch("raw", JsonText(not_array))
-        with pytest.raises(InvalidJobInput, match="JSON array|Invalid JSON"):
+        with pytest.raises(InvalidJobInput, match=r"JSON array|Invalid JSON"):
             await jobs.enqueue_batch("item", JsonText(not_array))
     with pytest.raises(InvalidOption, match="names"):
         await jobs.enqueue_batch("raw", JsonText("[1, 2]"), names=["only-one"])
