@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 
 import pydantic
 import pytest
@@ -184,6 +185,45 @@ async def test_a_batch_logs_one_added_event_per_job_and_resumes_inside_it(
     assert kept["deleted_events"] == 0
     trimmed = await collect_garbage(jobs.db, GcInput(events_per_queue=1))
     assert trimmed["deleted_events"] == 6
+
+
+async def test_concurrent_batches_reach_a_resuming_reader_once_each_and_in_order(
+    jobs: JobQueue, kinds: None
+) -> None:
+    """Stress: four producers commit batches of random sizes and single jobs at once while a
+    reader takes the log in pages of 7 events, closing and resuming from its last cursor
+    every 11 (so pages and resumes fall inside batches). Every job's 'added' event arrives
+    exactly once, and each producer's jobs arrive in the order it committed them."""
+    rng = random.Random(17)
+    plans = [[rng.randint(1, 40) for _ in range(8)] for _ in range(4)]
+    total = sum(map(sum, plans))
+
+    async def produce(plan: list[int]) -> list[int]:
+        ids: list[int] = []
+        for size in plan:
+            if size == 1:
+                ids.append((await jobs.enqueue("work", {"n": 3}, events=True)).id)
+            else:
+                batch = await jobs.enqueue_batch("work", [{"n": 3}] * size, events=True)
+                ids.extend(r.id for r in batch)
+        return ids
+
+    producers = asyncio.gather(*(produce(plan) for plan in plans))
+    received: list[int | None] = []
+    cursor = "0"
+    while len(received) < total:
+        stream = EventStream(jobs.db, ["q"], after=cursor, tenant=None, any_tenant=False, batch=7)
+        async with stream:
+            for event in await take(stream, min(11, total - len(received))):
+                assert event.event == "added"
+                received.append(event.job_id)
+                cursor = event.cursor
+    produced = await producers
+    assert len(received) == len(set(received)) == total
+    assert set(received) == {job_id for ids in produced for job_id in ids}
+    position = {job_id: index for index, job_id in enumerate(received)}
+    for ids in produced:
+        assert [position[job_id] for job_id in ids] == sorted(position[job_id] for job_id in ids)
 
 
 async def test_bad_stream_arguments_are_named(jobs: JobQueue) -> None:
