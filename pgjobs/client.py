@@ -383,14 +383,29 @@ class JobQueue:
         durability: Durability | str | None = None,
     ) -> SubmittedFlow:
         """Write a flow's nodes, edges and flow row in one transaction; see Flows.submit.
-        ``durability`` as for ``enqueue``: an async flow is lost whole or kept whole."""
+        ``durability`` as for ``enqueue``: an async flow is lost whole or kept whole. With
+        telemetry, the submission is one producer span, and every node's attempts are its
+        children."""
+        commit = self._commit(durability)
+        if self.telemetry is not None:
+            telemetry = self.telemetry
+            with telemetry.flow_span(flow.name, len(flow.order())) as carrier:
+                return await self._flows.submit(
+                    flow,
+                    metadata=metadata,
+                    default_priority=default_priority,
+                    tenant=tenant,
+                    connection=connection,
+                    commit=commit,
+                    carry=lambda node_metadata: telemetry.carry(node_metadata, carrier),
+                )
         return await self._flows.submit(
             flow,
             metadata=metadata,
             default_priority=default_priority,
             tenant=tenant,
             connection=connection,
-            commit=self._commit(durability),
+            commit=commit,
         )
 
     async def rerun_flow(

@@ -4,6 +4,7 @@ one transaction; re-drive it in place (requeue) or as a clone (rerun)."""
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -144,12 +145,14 @@ class Flows:
         tenant: str | None = None,
         connection: Connection | None = None,
         commit: str | None = None,
+        carry: Callable[[Any], Any] | None = None,
     ) -> SubmittedFlow:
         """Write every node, every edge and the flow row in one transaction (the caller's, with
         ``connection``). A node's priority is its own, else ``default_priority``, else its
         kind's. Nothing is written when any node is invalid, the graph has a cycle, or a node's
         job key or dedup key is already taken (FlowConflict). ``commit``: the transaction's
-        synchronous_commit (validation.commit_setting)."""
+        synchronous_commit (validation.commit_setting); ``carry``: what each node's metadata
+        becomes (telemetry's trace context)."""
         order = flow.order()
         indegree = {node: 0 for node in order}
         for _, dependent in flow._edges:
@@ -161,6 +164,8 @@ class Flows:
                 spec = replace(spec, priority=default_priority)
             if spec.tenant != tenant:  # the flow's tenant is every node's (a copy: the spec
                 spec = replace(spec, tenant=tenant)  # stays the caller's)
+            if carry is not None:
+                spec = replace(spec, metadata=carry(spec.metadata))
             job = prepare(spec, self._registry)
             job.pending_deps = indegree[node]  # a fresh PreparedJob of this call: ours to set
             prepared.append(job)

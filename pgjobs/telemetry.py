@@ -1,6 +1,7 @@
 """OpenTelemetry for pgjobs (the ``otel`` extra): spans and metrics, off unless asked for.
 
-- **Spans.** An enqueue call is a ``PRODUCER`` span (``pgjobs enqueue <kind>``); its trace
+- **Spans.** An enqueue call is a ``PRODUCER`` span (``pgjobs enqueue <kind>``; a flow's
+  submission ``pgjobs submit flow <name>``); its trace
   context (W3C ``traceparent``) travels inside each job it writes, in ``metadata["otel"]``,
   so that every attempt's ``CONSUMER`` span (``pgjobs process <kind>``) is its child: a job's
   work shows up under the request that enqueued it, as ``bullmq-otel`` does for BullMQ. A job
@@ -86,6 +87,26 @@ class Telemetry:
             attributes["messaging.destination.name"] = queue
         with self._tracer.start_as_current_span(
             f"pgjobs enqueue {kind}", kind=SpanKind.PRODUCER, attributes=attributes
+        ):
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier)
+            yield carrier
+
+    @contextmanager
+    def flow_span(self, name: str | None, count: int) -> Iterator[dict[str, str]]:
+        """A PRODUCER span around one flow submission; yields the carrier to store in every
+        node, so that each node's attempts are its children."""
+        attributes: dict[str, Any] = {
+            "messaging.system": "pgjobs",
+            "messaging.operation.type": "send",
+            "messaging.batch.message_count": count,
+        }
+        if name is not None:
+            attributes["pgjobs.flow"] = name
+        with self._tracer.start_as_current_span(
+            f"pgjobs submit flow {name or ''}".rstrip(),
+            kind=SpanKind.PRODUCER,
+            attributes=attributes,
         ):
             carrier: dict[str, str] = {}
             propagate.inject(carrier)

@@ -5,8 +5,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+import pgjobs
 from bullmq_compat import FlowProducer, Queue, UnrecoverableError, WaitingChildrenError, Worker
+from pgjobs.telemetry import Telemetry
 from tests.helpers import eventually
 
 
@@ -196,3 +201,31 @@ async def test_process_step_jobs_with_waiting_children(opts: dict) -> None:
         await children.add("orphan", {}, {"parent": {"id": "nope", "queue": "bull:steps"}})
     await parents.close()
     await children.close()
+
+
+async def test_a_flow_producers_add_is_one_span_and_every_job_carries_its_trace(
+    dsn_opts: dict, jobs: pgjobs.JobQueue
+) -> None:
+    """With BullMQ's ``telemetry`` option, FlowProducer.add is one producer span over the
+    tree, and every job of the tree carries its trace context (its attempts nest under it)."""
+    exported = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exported))
+    producer = FlowProducer({**dsn_opts, "telemetry": Telemetry(tracer_provider=provider)})
+    tree = await producer.add(
+        {
+            "name": "report",
+            "queueName": "traced",
+            "data": {},
+            "children": [
+                {"name": "part", "queueName": "traced", "data": {"n": n}} for n in range(2)
+            ],
+        }
+    )
+    await producer.close()
+    [span] = [s for s in exported.get_finished_spans() if s.name == "pgjobs submit flow report"]
+    assert span.attributes is not None and span.attributes["messaging.batch.message_count"] == 3
+    trace_id = f"{span.get_span_context().trace_id:032x}"
+    for job in (tree["job"], *(child["job"] for child in tree["children"])):
+        row = await jobs.get(job.engine_id)
+        assert row is not None and row.metadata["otel"]["traceparent"].split("-")[1] == trace_id

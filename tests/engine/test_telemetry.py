@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from pgjobs import Backoff, JobContext, JobQueue, Registry
+from pgjobs import Backoff, Flow, JobContext, JobQueue, Registry
 from pgjobs.telemetry import Telemetry
 
 
@@ -120,3 +120,46 @@ async def test_without_telemetry_nothing_is_added_to_the_job(
     result = await jobs.enqueue("tick", {}, metadata={"source": "test"})
     row = await jobs.get(result.id)
     assert row is not None and row.metadata == {"source": "test"}
+
+
+async def test_a_flow_submission_is_one_producer_span_over_every_node(
+    pool: asyncpg.Pool, schema_name: str, registry: Registry, exporters: Any
+) -> None:
+    """submit_flow is one PRODUCER span, child of the caller's; each node carries its trace
+    context next to its own metadata, so every node's attempt is a child of that span."""
+    spans, _, telemetry = exporters
+    ran: list[str] = []
+
+    @registry.kind("step", input=dict, queue="otel-flow")
+    async def step(ctx: JobContext, data: dict) -> None:
+        ran.append(data["node"])
+
+    jobs = await JobQueue.connect(
+        pool=pool, schema=schema_name, registry=registry, telemetry=telemetry
+    )
+    await jobs.migrate()
+    flow = Flow("nightly")
+    flow.add("parent", "step", {"node": "parent"}, metadata={"owner": "ops"})
+    for child in ("a", "b"):
+        flow.add(child, "step", {"node": child})
+        flow.edge(child, "parent")
+    with telemetry._tracer.start_as_current_span("request") as request:
+        submitted = await jobs.submit_flow(flow)
+    parent = await jobs.get(submitted.job_ids["parent"])
+    assert parent is not None and parent.metadata["owner"] == "ops"
+    assert parent.metadata["otel"]["traceparent"].startswith("00-")
+    assert flow._nodes["parent"].spec.metadata == {"owner": "ops"}  # the caller's stays as it was
+
+    await jobs.worker(queues=["otel-flow"]).run(until_drained=True)
+    assert sorted(ran[:2]) == ["a", "b"] and ran[2] == "parent"
+    finished = spans.get_finished_spans()
+    [submit] = [s for s in finished if s.name == "pgjobs submit flow nightly"]
+    assert submit.kind is SpanKind.PRODUCER and submit.parent is not None
+    assert submit.parent.span_id == request.get_span_context().span_id
+    assert submit.attributes is not None
+    assert submit.attributes["messaging.batch.message_count"] == 3
+    processes = [s for s in finished if s.name == "pgjobs process step"]
+    assert len(processes) == 3
+    for span in processes:
+        assert span.parent is not None
+        assert span.parent.span_id == submit.get_span_context().span_id
