@@ -85,6 +85,9 @@ logger = logging.getLogger("bullmq_compat")
 ADD_RETRY_SECONDS = 20.0
 """How long ``add``/``addBulk`` retry through a connection loss before raising it."""
 
+_ONE_JOB_OPTIONS = ("job_key", "dedup_key", "dedup_ttl", "dedup_extend", "dedup_replace", "lifo")
+"""Engine options that name or order one job: a bulk with any of them goes job by job."""
+
 _CLEANABLE = {"completed", "failed", "delayed", "wait", "waiting", "prioritized", "active"}
 
 
@@ -146,12 +149,7 @@ class Queue:
         self, name: str, data: Any, opts: Mapping[str, Any] | None
     ) -> tuple[JobSpec, dict[str, Any]]:
         merged = {**self.jobsOpts, **(opts or {})}
-        if merged:
-            options = enqueue_options(
-                name, merged, self.prefix, self.name, events=self._record_events
-            )
-        else:
-            options = self._plain(name)
+        options = self._options(name, merged)
         payload, raw = stored_data(data)
         if raw is not None:  # a copy: the options above may be shared
             options = {
@@ -227,8 +225,8 @@ class Queue:
 
     async def addBulk(self, jobs: Sequence[BulkJob], *, connection: Any = None) -> list[Job]:
         """Add many jobs in one statement (all or nothing); ``connection`` as for ``add``."""
-        if jobs and not self.jobsOpts and not any(j.get("opts") for j in jobs):
-            added = await self._add_plain_bulk(jobs, connection)
+        if jobs:
+            added = await self._add_uniform_bulk(jobs, connection)
             if added is not None:
                 return added
         specs = [self._spec(j["name"], j.get("data"), j.get("opts")) for j in jobs]
@@ -255,31 +253,55 @@ class Queue:
             for j, (_, merged), result, holder in zip(jobs, specs, results, holders, strict=True)
         ]
 
-    async def _add_plain_bulk(self, jobs: Sequence[BulkJob], connection: Any) -> list[Job] | None:
-        """Jobs without options (the common bulk): one engine batch sharing the options, each
-        job with its own name and data, all the data as one JSON array. None when a job's data
-        needs its exact JSON kept beside it, or is not JSON (then each job goes with its own
-        options, and the bad one is refused as by ``add``)."""
+    async def _add_uniform_bulk(self, jobs: Sequence[BulkJob], connection: Any) -> list[Job] | None:
+        """Jobs that share their options (most often none) and that none of which names one
+        job (no jobId, deduplication, parent or lifo): one engine batch, the options mapped
+        once per name, each job with its own name and data, all the data as one JSON array.
+        None otherwise, or when a job's data needs its exact JSON kept beside it or is not
+        JSON: then each job goes with its own options, and a bad one is refused as by
+        ``add``."""
+        given = jobs[0].get("opts") or {}
+        if any((j.get("opts") or {}) != given for j in jobs):
+            return None
+        merged = {**self.jobsOpts, **given}
+        if merged.get("parent"):
+            return None
         names = [j["name"] for j in jobs]
         if not all(isinstance(name, str) for name in names):
             return None  # the general path names the bad one
+        options = {name: self._options(name, merged) for name in set(names)}
+        shared = options[names[0]]
+        if any(shared.get(option) for option in _ONE_JOB_OPTIONS):
+            return None
         payloads = stored_data_array([j.get("data") for j in jobs])
         if payloads is None:
             return None
-        shared = {k: v for k, v in self._plain(names[0]).items() if k != "name"}
-        for name in set(names):
-            self._plain(name)  # each name is checked as BullMQ checks it
+        batch_options = {
+            k: v for k, v in shared.items() if k != "name" and k not in _ONE_JOB_OPTIONS
+        }
+        engine_names = [options[name]["name"] for name in names]
 
         async def write(engine: pgjobs.JobQueue, conn: Any) -> list[pgjobs.EnqueueResult]:
             return await engine.enqueue_batch(
-                KIND, payloads, names=names, connection=conn, durability=self.durability, **shared
+                KIND,
+                payloads,
+                names=engine_names,
+                connection=conn,
+                durability=self.durability,
+                **batch_options,
             )
 
         results = await self._write(write, connection, idempotent=False)
         return [
-            self.added(j["name"], j.get("data"), {}, result.id)
+            self.added(j["name"], j.get("data"), merged, result.id)
             for j, result in zip(jobs, results, strict=True)
         ]
+
+    def _options(self, name: str, merged: dict[str, Any]) -> dict[str, Any]:
+        """The engine options of a job named ``name`` with BullMQ options ``merged``."""
+        if not merged:
+            return self._plain(name)
+        return enqueue_options(name, merged, self.prefix, self.name, events=self._record_events)
 
     async def _add_child(
         self, jobs: pgjobs.JobQueue, spec: JobSpec, opts: dict[str, Any], connection: Any

@@ -115,6 +115,40 @@ async def test_add_bulk_without_options_keeps_each_name_data_and_order(
     await queue.close()
 
 
+async def test_add_bulk_of_jobs_sharing_options_applies_them_to_each(
+    opts: dict[str, Any],
+) -> None:
+    """addBulk of jobs that share their options (as one engine batch): every job gets them,
+    merged over the queue's defaultJobOptions, and keeps its own name and data, in order. A
+    bulk whose options differ, or name one job (jobId), still gives each its own."""
+    queue = Queue("bulk-shared", {**opts, "defaultJobOptions": {"removeOnFail": True}})
+    shared = {"priority": 3, "attempts": 4, "removeOnComplete": True}
+    batch = [{"name": f"n{i % 2}", "data": {"i": i}, "opts": dict(shared)} for i in range(30)]
+    added = await queue.addBulk(batch)
+    assert [(j.name, j.data) for j in added] == [(b["name"], b["data"]) for b in batch]
+    for job in (added[0], added[17]):
+        found = await queue.getJob(job.id)
+        assert found is not None and found.opts["priority"] == 3
+        assert (found.attempts, found.opts["removeOnFail"]) == (4, True)
+        assert await found.getState() == "prioritized"
+    assert await queue.getJobCounts("prioritized") == {"prioritized": 30}
+
+    delayed = await queue.addBulk(
+        [{"name": "later", "data": {"k": k}, "opts": {"delay": 60_000}} for k in range(3)]
+    )
+    assert [await job.getState() for job in delayed] == ["delayed"] * 3
+    mixed = await queue.addBulk(
+        [
+            {"name": "a", "data": {}, "opts": {"jobId": "custom-a"}},
+            {"name": "b", "data": {}, "opts": {"delay": 60_000}},
+            {"name": "c", "data": {}},
+        ]
+    )
+    assert mixed[0].id == "custom-a"
+    assert [await job.getState() for job in mixed] == ["waiting", "delayed", "waiting"]
+    await queue.close()
+
+
 async def test_replaced_data_wins_over_the_exact_copy_of_the_old(opts: dict[str, Any]) -> None:
     queue = Queue("exact-update", opts)
     added = await queue.add("x", {"s": "a\x00b"})
