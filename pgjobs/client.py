@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 from collections.abc import Iterable, Sequence
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime
 from typing import Any, Unpack
 
@@ -386,27 +388,22 @@ class JobQueue:
         ``durability`` as for ``enqueue``: an async flow is lost whole or kept whole. With
         telemetry, the submission is one producer span, and every node's attempts are its
         children."""
-        commit = self._commit(durability)
-        if self.telemetry is not None:
-            telemetry = self.telemetry
-            with telemetry.flow_span(flow.name, len(flow.order())) as carrier:
-                return await self._flows.submit(
-                    flow,
-                    metadata=metadata,
-                    default_priority=default_priority,
-                    tenant=tenant,
-                    connection=connection,
-                    commit=commit,
-                    carry=lambda node_metadata: telemetry.carry(node_metadata, carrier),
-                )
-        return await self._flows.submit(
-            flow,
-            metadata=metadata,
-            default_priority=default_priority,
-            tenant=tenant,
-            connection=connection,
-            commit=commit,
-        )
+        telemetry = self.telemetry
+        span: AbstractContextManager[dict[str, str] | None] = contextlib.nullcontext()
+        if telemetry is not None:
+            span = telemetry.flow_span(flow.name, len(flow.order()))
+        with span as carrier:
+            return await self._flows.submit(
+                flow,
+                metadata=metadata,
+                default_priority=default_priority,
+                tenant=tenant,
+                connection=connection,
+                commit=self._commit(durability),
+                carry=None
+                if carrier is None
+                else functools.partial(Telemetry.carry, carrier=carrier),
+            )
 
     async def rerun_flow(
         self, flow_id: int, *, tenant: str | None = None, any_tenant: bool = False
