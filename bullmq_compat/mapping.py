@@ -78,15 +78,18 @@ def stored_data(value: Any) -> tuple[Any, str | None]:
     """``value`` as BullMQ stores it (``json_data``), as the engine stores it: its JSON text
     (``JsonText``, stored as it is), or, when jsonb cannot hold it (a NUL, a lone surrogate:
     BullMQ stores any JSON text), a jsonb-safe copy plus the exact JSON (base64 of its UTF-8)
-    for ``metadata.bullmq.raw_data``. One serialisation: only text holding a ``\\u0000`` or
-    ``\\ud…`` escape is parsed again."""
+    for ``metadata.bullmq.raw_data``. One serialisation (``_jsonb_holds`` says when it is
+    parsed again)."""
     text = json.dumps(value, separators=(",", ":"), allow_nan=False)  # ASCII, as BullMQ's
-    if "\\u0000" not in text and "\\ud" not in text:
+    if _jsonb_holds(text):
         return JsonText(text), None
-    data = json.loads(text)
-    if jsonb_problem(data) is None:  # escapes of valid surrogate pairs
-        return JsonText(text), None
-    return jsonb_safe(data), base64.b64encode(text.encode()).decode()
+    return jsonb_safe(json.loads(text)), base64.b64encode(text.encode()).decode()
+
+
+def _jsonb_holds(text: str) -> bool:
+    """Whether jsonb stores the ASCII JSON ``text`` as it is: only text holding a ``\\u0000``
+    or ``\\ud…`` escape is parsed to look closer (escapes of valid surrogate pairs pass)."""
+    return ("\\u0000" not in text and "\\ud" not in text) or jsonb_problem(json.loads(text)) is None
 
 
 def stored_data_array(values: list[Any]) -> JsonText | None:
@@ -97,11 +100,7 @@ def stored_data_array(values: list[Any]) -> JsonText | None:
         text = json.dumps(values, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError):
         return None
-    if "\\u0000" not in text and "\\ud" not in text:
-        return JsonText(text)
-    if jsonb_problem(json.loads(text)) is None:  # escapes of valid surrogate pairs
-        return JsonText(text)
-    return None
+    return JsonText(text) if _jsonb_holds(text) else None
 
 
 def node_data(value: Any) -> Any:

@@ -267,7 +267,7 @@ def prepare_batch(
     if kind.job_name is not None or (
         kind.group_key is not None and options.get("group_key") is None
     ):
-        values = _batch_values(kind, inputs)
+        values = kind.validate_many(inputs)
         _check_names(names, values)
         return [
             prepare(
@@ -282,14 +282,6 @@ def prepare_batch(
     checked = [kind.name] * len(typed) if names is None else _names(names)
     template = prepare(JobSpec(kind, typed[0], name=checked[0], **options), registry)
     return PreparedBatch(template, checked, payloads)
-
-
-def _batch_values(kind: Kind[Any], inputs: list[Any] | jsonvalue.JsonText) -> list[Any]:
-    """The inputs of a batch one by one (a JsonText array's elements, each still JSON)."""
-    if not isinstance(inputs, jsonvalue.JsonText):
-        return inputs
-    _, values = kind.encode_many(inputs)
-    return values
 
 
 def _check_names(names: list[str] | None, inputs: list[Any]) -> None:

@@ -11,7 +11,7 @@ import functools
 import json
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeGuard, TypeVar
 
 import pydantic
 import pydantic_core
@@ -39,6 +39,13 @@ def _first_error(exc: pydantic.ValidationError) -> tuple[str, str]:
     if len(errors) > 1:
         message += f" (and {len(errors) - 1} more error(s))"
     return field_path, message
+
+
+def _stored_as_is(text: str | None) -> TypeGuard[str]:
+    """Whether pydantic's JSON is the stored text: it writes NaN and infinities as null, and
+    NUL as an escape jsonb refuses, so text with neither is the answer; otherwise the careful
+    path (``Kind._encode_carefully``) finds and names the field."""
+    return text is not None and "null" not in text and not jsonvalue.jsonb_unsafe(text)
 
 
 def _batch_error(kind: str, exc: pydantic.ValidationError) -> InvalidJobInput:
@@ -138,9 +145,7 @@ class Kind(Generic[InputT]):
             text = self.adapter.dump_json(value).decode()
         except pydantic_core.PydanticSerializationError:
             text = None
-        # pydantic writes NaN and infinities as null, and NUL as an escape jsonb refuses: text
-        # with neither is the answer; otherwise the careful path finds and names the field.
-        if text is not None and "null" not in text and not jsonvalue.jsonb_unsafe(text):
+        if _stored_as_is(text):
             return text
         return self._encode_carefully(value)
 
@@ -162,47 +167,53 @@ class Kind(Generic[InputT]):
     def _list_adapter(self) -> pydantic.TypeAdapter[list[InputT]]:
         return pydantic.TypeAdapter(list[self.input])  # type: ignore[name-defined]
 
-    def encode_many(self, inputs: Sequence[Any] | jsonvalue.JsonText) -> tuple[str, list[Any]]:
-        """Validate a batch of inputs at once: (one JSON array text of their encodings, the
-        typed inputs). Each element is what ``encode(validate(input))`` gives, but one pass of
-        pydantic validates and serialises the whole list. ``inputs`` may be one ``JsonText``
-        holding a JSON array (one input per element). A bad input raises InvalidJobInput with
-        its position (``index``) and field; nothing is returned half-done."""
+    def validate_many(self, inputs: Sequence[Any] | jsonvalue.JsonText) -> list[Any]:
+        """The typed inputs of a batch, validated at once (one pydantic pass over the list).
+        ``inputs`` may be one ``JsonText`` holding a JSON array, one input per element (for a
+        kind that keeps text, its parsed elements). A bad input raises InvalidJobInput with
+        its position (``index``) and field."""
         if isinstance(inputs, jsonvalue.JsonText):
-            return self._encode_json_array(inputs.text)
+            if self._keeps_text:
+                return self._json_array(inputs.text)
+            try:
+                return self._list_adapter.validate_json(inputs.text)
+            except pydantic.ValidationError as exc:
+                raise _batch_error(self.name, exc) from None
         if any(isinstance(value, jsonvalue.JsonText) for value in inputs):
-            typed = [self._at(i, self.validate, value) for i, value in enumerate(inputs)]
-            return self._join(typed), typed
+            return [self._at(i, self.validate, value) for i, value in enumerate(inputs)]
         try:
-            typed = self._list_adapter.validate_python(inputs)
+            return self._list_adapter.validate_python(inputs)
         except pydantic.ValidationError as exc:
             raise _batch_error(self.name, exc) from None
+
+    def encode_many(self, inputs: Sequence[Any] | jsonvalue.JsonText) -> tuple[str, list[Any]]:
+        """``validate_many``, then (one JSON array text of the encodings, the typed inputs).
+        Each element is what ``encode(validate(input))`` gives, but the whole list is
+        serialised at once; a JsonText array is kept as it is by a kind that keeps text."""
+        typed = self.validate_many(inputs)
+        if isinstance(inputs, jsonvalue.JsonText) and self._keeps_text:
+            if jsonvalue.jsonb_unsafe(inputs.text):  # name the element at fault
+                for i, value in enumerate(typed):
+                    self._at(i, self.encode, jsonvalue.JsonText(json.dumps(value)))
+            return inputs.text, typed
+        if any(isinstance(value, jsonvalue.JsonText) for value in typed):
+            return self._join(typed), typed
         try:
-            text = self._list_adapter.dump_json(typed).decode()
+            text: str | None = self._list_adapter.dump_json(typed).decode()
         except pydantic_core.PydanticSerializationError:
             text = None
-        # as in encode: text without a null (maybe a NaN) or what jsonb refuses is the answer
-        if text is not None and "null" not in text and not jsonvalue.jsonb_unsafe(text):
+        if _stored_as_is(text):
             return text, typed
         return self._join(typed), typed
 
-    def _encode_json_array(self, text: str) -> tuple[str, list[Any]]:
-        if not self._keeps_text:
-            try:
-                typed = self._list_adapter.validate_json(text)
-            except pydantic.ValidationError as exc:
-                raise _batch_error(self.name, exc) from None
-            return self.encode_many(typed)
+    def _json_array(self, text: str) -> list[Any]:
         try:
             values = pydantic_core.from_json(text, allow_inf_nan=False)
         except ValueError as exc:
             raise InvalidJobInput(self.name, "", f"not JSON text: {exc}") from None
         if not isinstance(values, list):
             raise InvalidJobInput(self.name, "", "a batch given as JsonText must be a JSON array")
-        if jsonvalue.jsonb_unsafe(text):
-            for i, value in enumerate(values):
-                self._at(i, self.encode, jsonvalue.JsonText(json.dumps(value)))
-        return text, values
+        return values
 
     def _join(self, typed: list[Any]) -> str:
         return (
