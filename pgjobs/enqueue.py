@@ -255,9 +255,10 @@ def prepare_batch(
     options: dict[str, Any],
     registry: Registry,
 ) -> PreparedBatch | list[PreparedJob]:
-    """Validate a batch: the shared options once, each input (and name) on its own; raise
-    naming the option, or the kind and field, at fault. A kind that names or groups jobs from
-    their input gives one PreparedJob per input instead (their columns differ)."""
+    """Validate a batch: the shared options once, the inputs as one list (``Kind.encode_many``:
+    one JSON array for the statement), each distinct name once; raise naming the option, or
+    the kind, input position and field, at fault. A kind that names or groups jobs from their
+    input gives one PreparedJob per input instead (their columns differ)."""
     for option in PER_JOB_OPTIONS:
         if options.get(option):
             raise InvalidOption(
