@@ -25,12 +25,16 @@ def quiet(registry: Registry) -> Registry:
 
 
 async def _unannounced_job(jobs: JobQueue) -> int:
-    """A due job written without the enqueue's notification, as a pooler that drops LISTEN
-    would leave the worker: it can only find the job by polling."""
+    """A job written without the enqueue's notification, as a pooler that drops LISTEN would
+    leave the worker, due (and created) 0.2 s after it is written: only a poll can find it,
+    never a claim the worker happens to run just as it is written (after finishing the
+    previous job, say), which would not count as one found by polling."""
     return int(
         await jobs.db.pool.fetchval(
-            f"INSERT INTO {jobs.schema}.jobs (queue, kind, name, payload, max_attempts, backoff)"
-            " VALUES ('quiet', 'tick', 'tick', '{}', 1, '{}') RETURNING id"
+            f"INSERT INTO {jobs.schema}.jobs"
+            " (queue, kind, name, payload, max_attempts, backoff, run_at, created_at)"
+            " SELECT 'quiet', 'tick', 'tick', '{}', 1, '{}', due, due"
+            " FROM (SELECT now() + interval '0.2 seconds' AS due) d RETURNING id"
         )
     )
 
