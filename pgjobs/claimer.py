@@ -3,18 +3,30 @@
 The claimer knows nothing of running jobs: the worker (``Slots``) says how many slots are
 free, takes what was claimed, and gives back what it claimed ahead when it pauses. Wake-ups come
 from LISTEN (the worker sets ``wake``) with a slow poll as the safety net.
+
+Hand-offs: a claimer about to wait with free slots registers them (idle_state); an enqueue may
+then write a job already leased to this worker and notify it alone with the row, saving the
+claim's round trip (queries.sql, enqueue_one). The next claim withdraws the registration and
+returns the hand-offs whose notification had not arrived, so a lost notification costs time,
+never a job, and a job is never taken twice (tokens seen are remembered for a while).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from datetime import datetime
+from typing import Any, Protocol
 
 import asyncpg
 
 from pgjobs.executor import TRANSIENT_ERRORS, Database
+from pgjobs.models import ClaimedRow
 from pgjobs.retrying import retry_delay
 
 logger = logging.getLogger("pgjobs.worker")
@@ -23,6 +35,20 @@ CLAIM_AHEAD_BELOW_SECONDS = 0.05
 """A worker claims ahead of its free slots only while its handlers take less than this on
 average, and only as many as its slots work through in about this long: a job claimed ahead
 waits for a slot, and that wait must stay short."""
+
+HANDED_REMEMBERED_SECONDS = 60.0
+"""How long the token of a hand-off is remembered, so that a notification arriving after the
+claim that collected the same job is recognised (and the job not started twice)."""
+
+
+def handed_row(payload: str) -> dict[str, Any]:
+    """The row a hand-off notification carries (queries.sql, enqueue_one), with the types a
+    claim's row has: JSON columns as text, timestamps as datetimes, the token as a UUID."""
+    row: dict[str, Any] = json.loads(payload)
+    row["run_at"] = datetime.fromisoformat(row["run_at"])
+    row["created_at"] = datetime.fromisoformat(row["created_at"])
+    row["lock_token"] = uuid.UUID(row["lock_token"])
+    return row
 
 
 class Slots(Protocol):
@@ -34,7 +60,7 @@ class Slots(Protocol):
     def free(self) -> int:
         """Slots without a running job."""
 
-    def take(self, rows: list[asyncpg.Record]) -> None:
+    def take(self, rows: list[ClaimedRow]) -> None:
         """Claimed rows, best first: start what fits, keep the rest for later."""
 
     def fill(self) -> None:
@@ -90,6 +116,14 @@ class Claimer:
         """Set once a notification has reached this worker (LISTEN works)."""
         self._found_by_polling = 0
         self._warned_about_listen = False
+        self.worker_id: str | None = None
+        """The worker's id: set, it registers for hand-offs on ``handoff_channel``."""
+        self.handoff_channel = ""
+        self.listening: Callable[[], bool] = lambda: False
+        """True while the worker's LISTEN connection is up (hand-offs need it)."""
+        self._registered = False
+        self._seen: list[uuid.UUID] = []  # tokens of hand-offs received since registering
+        self._remembered: dict[uuid.UUID, float] = {}  # token -> when it was taken
 
     def record_run(self, seconds: float) -> None:
         average = self.handler_seconds
@@ -104,19 +138,86 @@ class Claimer:
         within = self.slots * CLAIM_AHEAD_BELOW_SECONDS / max(average, 1e-6)
         return min(self.claim_ahead, max(1, int(within)))
 
-    async def claim(self, free: int) -> list[asyncpg.Record]:
-        """Up to ``free`` jobs plus those claimed ahead, best first (priority, due time, id)."""
-        rows = await self._db.fetch(
-            "claim", self.queues, self.kinds, free, self.lease, self.ahead_wanted()
+    async def claim(self, free: int) -> list[ClaimedRow]:
+        """Up to ``free`` jobs plus those claimed ahead, best first (priority, due time, id);
+        the hand-offs not yet seen since the last registration among them."""
+        registered = self._registered
+        claimed = await self._db.fetch(
+            "claim_for_worker",
+            self.queues,
+            self.kinds,
+            free,
+            self.lease,
+            self.ahead_wanted(),
+            self.worker_id if registered else None,
+            self._seen,
         )
+        rows: list[ClaimedRow] = list(claimed)
+        if registered:
+            self._registered = False
+            self._seen = []
+            rows = self._not_taken(claimed)
         return sorted(rows, key=lambda r: (-r["priority"], r["run_at"], r["id"]))
 
-    async def idle_state(self) -> IdleState:
-        row = await self._db.fetchrow("idle_state", self.queues, self.kinds)
+    async def idle_state(self, free: int = 0) -> IdleState:
+        """When to look again; with ``free`` > 0, also registers that many slots for
+        hand-offs (only while notifications reach this worker: they are how hand-offs come)."""
+        register = free > 0 and self.worker_id is not None and self.notified and self.listening()
+        row = await self._db.fetchrow(
+            "idle_state",
+            self.queues,
+            self.kinds,
+            self.worker_id if register else None,
+            free,
+            3 * self.poll_interval,
+            self.lease,
+            self.handoff_channel,
+        )
         assert row is not None
+        if row["registered"]:
+            self._registered = True
         return IdleState(row["until_due"], bool(row["capped"]), bool(row["busy"]))
 
-    def _check_listen(self, rows: list[asyncpg.Record]) -> None:
+    def handed(self, token: uuid.UUID) -> bool:
+        """A hand-off notification for the job leased under ``token``: True if this worker has
+        not taken it yet (then it is recorded as taken)."""
+        if token in self._remembered:
+            return False
+        self._remember(token)
+        self._seen.append(token)
+        return True
+
+    async def withdraw(self) -> list[ClaimedRow]:
+        """End the registration, if any; the hand-offs not yet seen (for the worker to give
+        back: it is pausing or stopping)."""
+        if not self._registered:
+            return []
+        rows = await self._db.fetch("withdraw_idle_worker", self.worker_id, self._seen)
+        self._registered = False
+        self._seen = []
+        return self._not_taken(rows)
+
+    def _not_taken(self, rows: list[asyncpg.Record]) -> list[ClaimedRow]:
+        """``rows`` less the hand-offs whose notification arrived while the statement ran
+        (taken already); the others are remembered as taken."""
+        fresh: list[ClaimedRow] = []
+        for row in rows:
+            if row["lock_token"] not in self._remembered:
+                self._remember(row["lock_token"])
+                fresh.append(row)
+        return fresh
+
+    def _remember(self, token: uuid.UUID) -> None:
+        now = time.monotonic()
+        self._remembered[token] = now
+        cutoff = now - HANDED_REMEMBERED_SECONDS
+        while self._remembered:
+            oldest = next(iter(self._remembered))
+            if self._remembered[oldest] >= cutoff:
+                break
+            del self._remembered[oldest]
+
+    def _check_listen(self, rows: list[ClaimedRow]) -> None:
         """Jobs due at once (run_at = created_at) found by a poll, while no notification has
         ever arrived: LISTEN is not working (a transaction-mode pooler such as pgbouncer drops
         it). Warn once, after three such finds, since latency is now the poll interval."""
@@ -153,7 +254,7 @@ class Claimer:
                 rows = await self.claim(free)
                 sleep = self.poll_interval
                 if len(rows) < free:
-                    idle = await self.idle_state()
+                    idle = await self.idle_state(0 if until_drained else free - len(rows))
                     if until_drained and not idle.busy and not rows and not slots.working():
                         return
                     if idle.until_due is not None and (idle.until_due > 0 or not idle.capped):

@@ -7,12 +7,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-import asyncpg
-
 from pgjobs import jsonvalue
 from pgjobs.completer import write_outcomes
 from pgjobs.errors import InvalidOption, JobLost
 from pgjobs.executor import Connection, Database
+from pgjobs.models import ClaimedRow
 from pgjobs.outcomes import Outcome, decide
 
 _UNSET: Any = object()
@@ -76,7 +75,7 @@ class JobContext:
     def __init__(
         self,
         db: Database,
-        row: asyncpg.Record,
+        row: ClaimedRow,
         lease_seconds: float,
         commit: str | None = None,
     ) -> None:

@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
+
+
+class ClaimedRow(Protocol):
+    """A claimed job's columns by name, as a worker reads them: an asyncpg Record of a claim,
+    or the decoded row of a hand-off notification."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
 
 
 class Status(StrEnum):

@@ -33,6 +33,8 @@ class Notifier:
         self._channels = ", ".join(listeners)
         self._task: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()
+        self.connected = False
+        """True while the LISTEN is in place (False from the moment its connection fails)."""
 
     async def start(self) -> None:
         """Start listening; returns once the first LISTEN is in place (or after a short wait)."""
@@ -67,6 +69,7 @@ class Notifier:
                         listener(None)
                 first = False
                 failures = 0
+                self.connected = True
                 self._listening.set()
                 # A LISTEN connection that dies silently (server restart) is only noticed when
                 # used, so probe it now and then.
@@ -88,6 +91,7 @@ class Notifier:
                 )
                 await asyncio.sleep(delay)
             finally:
+                self.connected = False
                 if conn is not None:
                     with contextlib.suppress(Exception):
                         await self._disconnect(conn)

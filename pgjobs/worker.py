@@ -19,7 +19,7 @@ from typing import Any, TypedDict
 import asyncpg
 
 from pgjobs import jsonvalue, runner, validation
-from pgjobs.claimer import Claimer
+from pgjobs.claimer import Claimer, handed_row
 from pgjobs.completer import Completer
 from pgjobs.config import cancels_channel, notify_channel
 from pgjobs.context import JobContext
@@ -27,7 +27,7 @@ from pgjobs.errors import InvalidOption
 from pgjobs.executor import TRANSIENT_ERRORS, Database
 from pgjobs.kinds import Kind, Registry
 from pgjobs.lease import LeaseKeeper
-from pgjobs.models import Durability
+from pgjobs.models import ClaimedRow, Durability
 from pgjobs.notifier import Notifier
 from pgjobs.outcomes import Outcome
 from pgjobs.retrying import retry_delay, wait_or_stop
@@ -83,9 +83,11 @@ or ``dead``), queue, job_key."""
 @dataclass(slots=True)
 class WorkerStats:
     """Counters since the worker started. ``lost`` counts writes refused because another
-    actor had taken the job over (lease expiry, cancel, purge)."""
+    actor had taken the job over (lease expiry, cancel, purge); ``handed`` counts the jobs
+    that reached it by hand-off (claimer.py), also counted in ``claimed``."""
 
     claimed: int = 0
+    handed: int = 0
     completed: int = 0
     retried: int = 0
     deferred: int = 0
@@ -186,8 +188,10 @@ class Worker:
             on_rescued=self._count_rescued,
             on_beat=self._report_presence,
         )
-        self.id = str(uuid.uuid4())
+        worker_uuid = uuid.uuid4()
+        self.id = str(worker_uuid)
         """This worker in ``JobQueue.list_workers`` (while it runs)."""
+        self._claimer.handoff_channel = f"pgjobs_w{worker_uuid.hex}"
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self._advancing: dict[int, asyncio.Task[None]] = {}
         self._stopping = asyncio.Event()
@@ -196,7 +200,7 @@ class Worker:
         self._finished.set()  # not running
         self._paused = False
         self._running: dict[int, tuple[JobContext, asyncio.Task[None]]] = {}
-        self._ahead: deque[tuple[JobContext, asyncpg.Record]] = deque()  # claimed, not started
+        self._ahead: deque[tuple[JobContext, ClaimedRow]] = deque()  # claimed, not started
         self._tasks: set[asyncio.Task[None]] = set()
         self._releasing = False
         self._abandoning = False
@@ -248,8 +252,14 @@ class Worker:
             return  # stopped while waiting for the database
         notifier = Notifier(
             self._db,
-            {self._channel: self._on_notify, cancels_channel(self._db.schema): self._on_cancel},
+            {
+                self._channel: self._on_notify,
+                cancels_channel(self._db.schema): self._on_cancel,
+                self._claimer.handoff_channel: self._on_handoff,
+            },
         )
+        self._claimer.worker_id = None if until_drained else self.id
+        self._claimer.listening = lambda: notifier.connected
         self._completer.start()
         await notifier.start()
         self._leases.start()
@@ -354,6 +364,26 @@ class Worker:
         if queue is None or queue in self.queues:
             self._claimer.wake.set()
 
+    def _on_handoff(self, payload: str | None) -> None:
+        """A job an enqueue handed to this worker (claimer.py, hand-offs): started like a
+        claimed one. None: the LISTEN connection came back and hand-offs may have been missed;
+        the claim the wake-up brings collects them. While pausing or stopping, nothing is
+        started: withdrawing the registration gives such a job back."""
+        if payload is None:
+            self._claimer.wake.set()
+            return
+        if self._paused or self._stopping.is_set():
+            return
+        try:
+            row = handed_row(payload)
+        except (ValueError, KeyError, TypeError):
+            logger.exception("unreadable hand-off notification; its job comes with the next claim")
+            self._claimer.wake.set()
+            return
+        if self._claimer.handed(row["lock_token"]):
+            self.stats.handed += 1
+            self.take([row])
+
     def _on_cancel(self, job_id: str | None) -> None:
         """A job was cancelled or purged while running: tell its handler now."""
         if job_id is not None and job_id.isdigit():
@@ -380,7 +410,7 @@ class Worker:
     def working(self) -> bool:
         return bool(self._tasks)
 
-    def take(self, rows: list[asyncpg.Record]) -> None:
+    def take(self, rows: list[ClaimedRow]) -> None:
         for row in rows:
             self.stats.claimed += 1
             self._ahead.append((JobContext(self._db, row, self.lease, self._commit), row))
@@ -393,7 +423,7 @@ class Worker:
                 self._advancing[row["id"]] = task
         self.fill()
 
-    async def _advance_schedules(self, rows: list[asyncpg.Record]) -> None:
+    async def _advance_schedules(self, rows: list[ClaimedRow]) -> None:
         failures = 0
         while True:
             try:
@@ -419,14 +449,22 @@ class Worker:
             task.add_done_callback(self._job_done)
 
     async def give_back_unstarted(self) -> None:
-        """Give back the jobs claimed but not started: pending again, attempt refunded (a
+        """Give back the jobs claimed but not started, and those handed to this worker and not
+        yet seen (its registration for hand-offs ends): pending again, attempt refunded (a
         failed write leaves them to lease expiry)."""
         ahead, self._ahead = self._ahead, deque()
         for ctx, _ in ahead:
             self._advancing.pop(ctx.id, None)
-        if ahead:
+        unstarted = [ctx for ctx, _ in ahead]
+        try:
+            handed = await self._claimer.withdraw()
+        except Exception:  # the registration expires; its hand-offs come back by lease expiry
+            logger.exception("could not withdraw this worker's registration for hand-offs")
+            handed = []
+        unstarted += [JobContext(self._db, row, self.lease, self._commit) for row in handed]
+        if unstarted:
             await asyncio.gather(
-                *(self._completer.submit(_given_back(ctx)) for ctx, _ in ahead),
+                *(self._completer.submit(_given_back(ctx)) for ctx in unstarted),
                 return_exceptions=True,
             )
 
@@ -455,7 +493,7 @@ class Worker:
         if not task.cancelled() and task.exception() is not None:
             logger.error("on_event listener failed", exc_info=task.exception())
 
-    async def _execute(self, ctx: JobContext, row: asyncpg.Record) -> None:
+    async def _execute(self, ctx: JobContext, row: ClaimedRow) -> None:
         kind = self._kinds[ctx.kind]
         outcome: Outcome | None
         if self._on_event is not None:

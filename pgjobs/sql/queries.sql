@@ -14,20 +14,83 @@ SELECT 1;
 -- this transaction ('off' for Durability.ASYNC; NULL keeps the server's), set by the row it
 -- writes (nothing written, nothing to flush). The job's 'added' event, when it records events,
 -- is written by this statement (`added`; sql/schema/job_events.sql says why).
-WITH ins AS (
+--
+-- Hand-off ($22: allowed, when this statement is its own transaction). A job that could start
+-- at once (due now, no prerequisites, no job of its queue due at its priority or above, a
+-- queue without pause, caps or rate limit, a payload that fits in a notification) and a worker
+-- registered idle for its queue and kind (migration 0019): the job is written running, leased
+-- to that worker as a claim would lease it, the worker's slot is taken and its token recorded,
+-- and the row goes to that worker alone in a notification; its 'active' event follows its
+-- 'added' one. The registration is locked SKIP LOCKED: two enqueues never take one slot, and
+-- an enqueue never waits. A concurrent pause or cap that commits after this read is the same
+-- race as a claim made just before it. A key conflict writes nothing and takes no slot.
+WITH slot AS (
+    SELECT w.worker, w.lease, w.channel FROM {schema}.idle_workers w
+    WHERE $22::bool AND w.free > 0 AND w.expires_at > now()
+      AND $1::text = ANY(w.queues) AND $2::text = ANY(w.kinds)
+      AND $18::int = 0 AND coalesce($6::timestamptz, now()) <= now()
+      AND coalesce($7::float8, 0) <= 0
+      AND octet_length($4::text) + coalesce(octet_length($14::text), 0)
+          + coalesce(octet_length($3::text), 0) + coalesce(octet_length($15::text), 0)
+          + coalesce(octet_length($13::text), 0) < 4000
+      AND NOT EXISTS (SELECT FROM {schema}.queue_settings qs
+                      WHERE qs.queue = $1::text
+                        AND (qs.paused OR qs.limited_until > now() OR qs.concurrency IS NOT NULL
+                             OR qs.group_concurrency IS NOT NULL OR qs.rate_limit IS NOT NULL))
+      AND NOT EXISTS (SELECT FROM {schema}.jobs a
+                      WHERE a.queue = $1::text AND a.status = 'pending' AND a.pending_deps = 0
+                        AND a.priority >= $5::int AND a.run_at <= now())
+    LIMIT 1
+    FOR UPDATE OF w SKIP LOCKED
+),
+ins AS (
     INSERT INTO {schema}.jobs (queue, kind, name, payload, priority, run_at, max_attempts,
                                max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
-                               job_key, retention, flow_id, pending_deps, record_events)
-    VALUES ($1, $2, $3, $4::text::jsonb, $5,
-            coalesce($6::timestamptz, now() + make_interval(secs => coalesce($7::float8, 0))),
-            $8, $9, $10::text::jsonb, $11, $12, $13, $14::text::jsonb, $15, $16::text::jsonb,
-            $17, $18, $19)
+                               job_key, retention, flow_id, pending_deps, record_events,
+                               status, attempts, lock_token, heartbeat_at, locked_until,
+                               started_at)
+    SELECT $1, $2, $3, $4::text::jsonb, $5,
+           coalesce($6::timestamptz, now() + make_interval(secs => coalesce($7::float8, 0))),
+           $8, $9, $10::text::jsonb, $11, $12, $13, $14::text::jsonb, $15, $16::text::jsonb,
+           $17, $18, $19,
+           CASE WHEN s.worker IS NULL THEN 'pending' ELSE 'running' END,
+           CASE WHEN s.worker IS NULL THEN 0 ELSE 1 END,
+           CASE WHEN s.worker IS NOT NULL THEN gen_random_uuid() END,
+           CASE WHEN s.worker IS NOT NULL THEN now() END,
+           now() + make_interval(secs => s.lease),
+           CASE WHEN s.worker IS NOT NULL THEN now() END
+    FROM (SELECT) AS one LEFT JOIN slot s ON true
     ON CONFLICT DO NOTHING
-    RETURNING {fragment:inserted_columns},
-              pg_notify($20, queue),
+    RETURNING {fragment:inserted_columns}, kind, payload, attempts, max_attempts, deferrals,
+              max_deferrals, backoff, lock_token, metadata, flow_id, progress, created_at,
+              schedule,
+              CASE WHEN lock_token IS NULL THEN pg_notify($20, queue) END,
               CASE WHEN $21::text IS NOT NULL THEN set_config('synchronous_commit', $21, true) END
 ),
-{fragment:added_events}
+{fragment:added_events},
+handed AS (
+    UPDATE {schema}.idle_workers w
+    SET free = w.free - 1, handed = w.handed || i.lock_token
+    FROM ins i, slot s
+    WHERE i.lock_token IS NOT NULL AND w.worker = s.worker
+    RETURNING pg_notify(w.channel, json_build_object(
+        'id', i.id, 'queue', i.queue, 'kind', i.kind, 'name', i.name, 'payload', i.payload::text,
+        'priority', i.priority, 'run_at', i.run_at, 'attempts', i.attempts,
+        'max_attempts', i.max_attempts, 'deferrals', i.deferrals,
+        'max_deferrals', i.max_deferrals, 'backoff', i.backoff::text,
+        'lock_token', i.lock_token, 'tenant', i.tenant, 'metadata', i.metadata::text,
+        'flow_id', i.flow_id, 'progress', i.progress::text, 'job_key', i.job_key,
+        'created_at', i.created_at, 'schedule', i.schedule)::text)
+),
+handed_events AS (
+    -- after the 'added' rows (read to the end first), as a claim's would follow them
+    INSERT INTO {schema}.job_events (queue, job_id, job_key, tenant, event, prev, data)
+    SELECT i.queue, i.id, i.job_key, i.tenant, 'active', 'pending',
+           jsonb_build_object('attempt', i.attempts)
+    FROM ins i CROSS JOIN (SELECT count(*) FROM added) AS after_added
+    WHERE i.record_events AND i.lock_token IS NOT NULL
+    RETURNING pg_notify('{schema}_events', queue)
+)
 SELECT id, false AS duplicate FROM ins
 UNION ALL
 (SELECT j.id, true FROM {schema}.jobs j
@@ -108,6 +171,26 @@ SELECT c.id, c.queue, c.kind, c.name, c.payload, c.priority, c.run_at, c.attempt
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
      LATERAL {schema}.claim_jobs($1::text[], $2::text[], $3::int, $4::float8, $5::int) AS c;
 
+-- name: claim_for_worker
+-- A worker's claim: as claim, after withdrawing the worker's registration for hand-offs ($6,
+-- NULL when it has none; $7: the lock tokens of the hand-offs it has seen since it registered,
+-- sql/schema/claim_for_worker.sql). The hand-offs it had not seen come first.
+SELECT c.id, c.queue, c.kind, c.name, c.payload, c.priority, c.run_at, c.attempts,
+       c.max_attempts, c.deferrals, c.max_deferrals, c.backoff, c.lock_token, c.tenant,
+       c.metadata, c.flow_id, c.progress, c.job_key, c.created_at, c.schedule
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
+     LATERAL {schema}.claim_for_worker($6::uuid, $7::uuid[], $1::text[], $2::text[], $3::int,
+                                       $4::float8, $5::int) AS c;
+
+-- name: withdraw_idle_worker
+-- End worker $1's registration for hand-offs; the hand-offs it has not seen ($2: the lock
+-- tokens it has), to be given back.
+SELECT c.id, c.queue, c.kind, c.name, c.payload, c.priority, c.run_at, c.attempts,
+       c.max_attempts, c.deferrals, c.max_deferrals, c.backoff, c.lock_token, c.tenant,
+       c.metadata, c.flow_id, c.progress, c.job_key, c.created_at, c.schedule
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
+     LATERAL {schema}.withdraw_idle_worker($1::uuid, $2::uuid[]) AS c;
+
 -- name: idle_state
 -- For a worker that claimed less than it asked: seconds (by the database clock) until it is
 -- worth claiming again, and whether any job of its queues and kinds is still pending or running
@@ -115,8 +198,19 @@ FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
 -- prerequisites is not counted: it runs only once they move). Paused queues count as never due
 -- (resume sends a notification); a rate-limited queue is due when its window opens; a queue at
 -- its concurrency cap is due when a job of it finishes (finish_jobs notifies), re-checked at
--- the poll interval.
-WITH settings AS (
+-- the poll interval. With $3 (a worker id), also registers that worker's $4 free slots for
+-- hand-offs (migration 0019) for $5 seconds, with a lease of $6 seconds and notification
+-- channel $7; committed without waiting for the WAL flush (the table is unlogged anyway).
+WITH registered AS (
+    INSERT INTO {schema}.idle_workers (worker, queues, kinds, free, lease, channel, expires_at)
+    SELECT $3::uuid, $1::text[], $2::text[], $4::int, $6::float8, $7::text,
+           now() + make_interval(secs => $5::float8)
+    FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed
+    WHERE $3::uuid IS NOT NULL AND $4::int > 0
+    ON CONFLICT (worker) DO NOTHING  -- a registration its last claim failed to withdraw
+    RETURNING worker
+),
+settings AS (
     SELECT q.queue, qs.paused, qs.limited_until, qs.concurrency, qs.group_concurrency,
            CASE WHEN qs.rate_limit IS NOT NULL AND qs.window_start IS NOT NULL
                      AND qs.window_count >= qs.rate_limit
@@ -140,7 +234,8 @@ SELECT
     (SELECT bool_or(capped) FROM due WHERE at <= now()) AS capped,
     EXISTS (SELECT FROM {schema}.jobs
             WHERE (status = 'running' OR (status = 'pending' AND pending_deps = 0))
-              AND queue = ANY($1::text[]) AND kind = ANY($2::text[])) AS busy;
+              AND queue = ANY($1::text[]) AND kind = ANY($2::text[])) AS busy,
+    EXISTS (SELECT FROM registered) AS registered;
 
 -- name: finish
 -- Write outcomes fenced by lock token; resolve flow dependents; returns the ids written. $10:

@@ -1,0 +1,46 @@
+-- withdraw_idle_worker: end worker p_worker's registration (migration 0019) and return the
+-- jobs handed to it since it registered that it has not seen (p_seen: the lock tokens its
+-- notifications brought), still running under the token they were handed with.
+--
+-- Concurrency. The DELETE waits for an enqueue that holds the registration (it locks the row
+-- before handing a job off) and then reads the row as that enqueue committed it; the SELECT
+-- that follows is a new statement, with a snapshot taken after that commit, so the job the
+-- enqueue wrote is visible to it. Once the row is gone no enqueue can hand this worker
+-- anything more. A token, not an id, names each job: a hand-off whose lease ran out and was
+-- rescued and claimed by another worker no longer matches.
+CREATE OR REPLACE FUNCTION {schema}.withdraw_idle_worker(p_worker uuid, p_seen uuid[])
+RETURNS SETOF {schema}.jobs LANGUAGE plpgsql AS $fn$
+DECLARE
+    tokens uuid[];
+BEGIN
+    DELETE FROM {schema}.idle_workers w WHERE w.worker = p_worker RETURNING w.handed INTO tokens;
+    IF tokens IS NULL OR cardinality(tokens) = 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT j.* FROM {schema}.jobs j
+    WHERE j.lock_token = ANY(tokens) AND NOT j.lock_token = ANY(p_seen) AND j.status = 'running';
+END
+$fn$;
+
+-- claim_for_worker: a worker's claim (claim_jobs) that first withdraws its registration, if
+-- p_worker is given: the unseen hand-offs come first and take their slots out of p_limit.
+CREATE OR REPLACE FUNCTION {schema}.claim_for_worker(
+    p_worker uuid, p_seen uuid[], p_queues text[], p_kinds text[], p_limit int, p_lease float8,
+    p_ahead int
+) RETURNS SETOF {schema}.jobs LANGUAGE plpgsql AS $fn$
+DECLARE
+    handed int := 0;
+    j      {schema}.jobs;
+BEGIN
+    IF p_worker IS NOT NULL THEN
+        FOR j IN SELECT * FROM {schema}.withdraw_idle_worker(p_worker, p_seen) LOOP
+            handed := handed + 1;
+            RETURN NEXT j;
+        END LOOP;
+    END IF;
+    RETURN QUERY
+    SELECT * FROM {schema}.claim_jobs(p_queues, p_kinds, greatest(p_limit - handed, 0), p_lease,
+                                      p_ahead);
+END
+$fn$;
