@@ -276,7 +276,8 @@ class Claimer:
                 self._check_listen(rows)
             slots.take(rows)
             polled = False
-            if len(rows) >= free:
+            if len(rows) >= free or slots.paused:
+                # paused meanwhile: the registration just made is withdrawn at the top
                 continue
             if slots.running() or sleep > 0:
                 try:
