@@ -6,7 +6,7 @@ from LISTEN (the worker sets ``wake``) with a slow poll as the safety net.
 
 Hand-offs: a claimer about to wait with free slots registers them (idle_state); an enqueue may
 then write a job already leased to this worker and notify it alone with the row, saving the
-claim's round trip (queries.sql, enqueue_one). The next claim withdraws the registration and
+claim's round trip (queries.sql, enqueue_one_handing). The next claim withdraws the registration and
 returns the hand-offs whose notification had not arrived, so a lost notification costs time,
 never a job, and a job is never taken twice (tokens seen are remembered for a while).
 """
@@ -42,7 +42,7 @@ claim that collected the same job is recognised (and the job not started twice).
 
 
 def handed_row(payload: str) -> dict[str, Any]:
-    """The row a hand-off notification carries (queries.sql, enqueue_one), with the types a
+    """The row a hand-off notification carries (queries.sql, enqueue_one_handing), with the types a
     claim's row has: JSON columns as text, timestamps as datetimes, the token as a UUID."""
     row: dict[str, Any] = json.loads(payload)
     row["run_at"] = datetime.fromisoformat(row["run_at"])

@@ -435,15 +435,17 @@ async def insert_one(
     """Insert ``job`` or return the in-flight holder of its dedup key (bounded race loop).
     ``commit``: the transaction's synchronous_commit (validation.commit_setting). Written in a
     transaction of its own (no ``conn``, or one outside a transaction), a job that could start
-    at once may be handed to an idle worker (queries.sql, enqueue_one); in a caller's
+    at once may be handed to an idle worker (queries.sql, enqueue_one_handing); in a caller's
     transaction it never is: the worker would wait on that transaction, and the lease would
     run while it does."""
     if job.hold is not None:
         return await _insert_held(db, job, job.hold, conn, commit)
     channel = notify_channel(db.schema)
-    hand_off = conn is None or not conn.is_in_transaction()
+    statement = (
+        "enqueue_one_handing" if conn is None or not conn.is_in_transaction() else "enqueue_one"
+    )
     for _ in range(MAX_DEDUP_ROUNDS):
-        row = await db.fetchrow("enqueue_one", *row_args(job), channel, commit, hand_off, conn=conn)
+        row = await db.fetchrow(statement, *row_args(job), channel, commit, conn=conn)
         if row is not None:
             return EnqueueResult(row["id"], row["duplicate"])
     # Only an in-flight dedup key can be released between the conflict and the read.

@@ -132,7 +132,7 @@ DEFINITION_FILES = (
     "resolve_dependents.sql",
     "attach_prerequisites.sql",
     "claim_jobs.sql",
-    "claim_for_worker.sql",
+    "hand_offs.sql",
     "finish_jobs.sql",
     "rescue_stalled_jobs.sql",
     "cancel_and_remove_jobs.sql",

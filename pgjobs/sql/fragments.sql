@@ -32,3 +32,15 @@ SELECT nextval('{schema}.jobs_id_seq') AS id, u.*
          WITH ORDINALITY AS u(queue, kind, name, payload, priority, run_at, delay, max_attempts,
                               max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
                               job_key, retention, flow_id, pending_deps, record_events, ord)
+
+-- fragment: inserted_or_holder
+-- enqueue_one's result: the job inserted (CTE `ins`), or else the job holding its job key
+-- (any status) or its dedup key (in flight).
+SELECT id, false AS duplicate FROM ins
+UNION ALL
+(SELECT j.id, true FROM {schema}.jobs j
+ WHERE NOT EXISTS (SELECT FROM ins) AND j.queue = $1 AND coalesce(j.tenant, '') = coalesce($13, '')
+   AND (j.job_key = $15::text
+        OR (j.dedup_key = $11::text AND j.status IN ('pending', 'running')))
+ ORDER BY j.job_key = $15::text DESC NULLS LAST
+ LIMIT 1);

@@ -13,35 +13,50 @@ SELECT 1;
 -- key finished between the conflict and the read: try again. $21: the synchronous_commit of
 -- this transaction ('off' for Durability.ASYNC; NULL keeps the server's), set by the row it
 -- writes (nothing written, nothing to flush). The job's 'added' event, when it records events,
--- is written by this statement (`added`; sql/schema/job_events.sql says why).
---
--- Hand-off ($22: allowed, when this statement is its own transaction). A job that could start
--- at once (due now, no prerequisites, no job of its queue due at its priority or above, a
--- queue without pause, caps or rate limit, a payload that fits in a notification) and a worker
+-- is written by this statement (`added`; sql/schema/job_events.sql says why). Written in a
+-- transaction of its own, a job may instead be handed to an idle worker: enqueue_one_handing.
+WITH ins AS (
+    INSERT INTO {schema}.jobs (queue, kind, name, payload, priority, run_at, max_attempts,
+                               max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
+                               job_key, retention, flow_id, pending_deps, record_events)
+    VALUES ($1, $2, $3, $4::text::jsonb, $5,
+            coalesce($6::timestamptz, now() + make_interval(secs => coalesce($7::float8, 0))),
+            $8, $9, $10::text::jsonb, $11, $12, $13, $14::text::jsonb, $15, $16::text::jsonb,
+            $17, $18, $19)
+    ON CONFLICT DO NOTHING
+    RETURNING {fragment:inserted_columns},
+              pg_notify($20, queue),
+              CASE WHEN $21::text IS NOT NULL THEN set_config('synchronous_commit', $21, true) END
+),
+{fragment:added_events}
+{fragment:inserted_or_holder}
+
+-- name: enqueue_one_handing
+-- enqueue_one, for a statement that is its own transaction, with a hand-off (two statements,
+-- not one with a flag: a flag that prunes half the plan makes PostgreSQL plan every call
+-- afresh, measured at half the throughput). A job that could start at once (due now, no
+-- prerequisites, no job of its queue due at its priority or above, a queue without pause,
+-- caps or rate limit, a payload that fits in a notification) and a worker
 -- registered idle for its queue and kind (migration 0019): the job is written running, leased
 -- to that worker as a claim would lease it, the worker's slot is taken and its token recorded,
 -- and the row goes to that worker alone in a notification; its 'active' event follows its
--- 'added' one. The registration is locked SKIP LOCKED: two enqueues never take one slot, and
--- an enqueue never waits. A concurrent pause or cap that commits after this read is the same
+-- 'added' one (all by hand_off, sql/schema/hand_offs.sql, called for a handed job only). The
+-- registration found is locked SKIP LOCKED and read again (lock_idle_slot): two enqueues
+-- never take one slot, and an enqueue never waits. A concurrent pause or cap that commits after this read is the same
 -- race as a claim made just before it. A key conflict writes nothing and takes no slot.
 WITH slot AS (
-    SELECT w.worker, w.lease, w.channel FROM {schema}.idle_workers w
-    WHERE $22::bool AND w.free > 0 AND w.expires_at > now()
-      AND $1::text = ANY(w.queues) AND $2::text = ANY(w.kinds)
-      AND $18::int = 0 AND coalesce($6::timestamptz, now()) <= now()
-      AND coalesce($7::float8, 0) <= 0
-      AND octet_length($4::text) + coalesce(octet_length($14::text), 0)
-          + coalesce(octet_length($3::text), 0) + coalesce(octet_length($15::text), 0)
-          + coalesce(octet_length($13::text), 0) < 4000
-      AND NOT EXISTS (SELECT FROM {schema}.queue_settings qs
-                      WHERE qs.queue = $1::text
-                        AND (qs.paused OR qs.limited_until > now() OR qs.concurrency IS NOT NULL
-                             OR qs.group_concurrency IS NOT NULL OR qs.rate_limit IS NOT NULL))
-      AND NOT EXISTS (SELECT FROM {schema}.jobs a
-                      WHERE a.queue = $1::text AND a.status = 'pending' AND a.pending_deps = 0
-                        AND a.priority >= $5::int AND a.run_at <= now())
-    LIMIT 1
-    FOR UPDATE OF w SKIP LOCKED
+    SELECT l.worker, l.lease, l.channel
+    FROM (SELECT w.worker FROM {schema}.idle_workers w
+          WHERE w.free > 0 AND w.expires_at > now()
+            AND $1::text = ANY(w.queues) AND $2::text = ANY(w.kinds)
+            AND $18::int = 0 AND coalesce($6::timestamptz, now()) <= now()
+            AND coalesce($7::float8, 0) <= 0
+            AND octet_length($4::text) + coalesce(octet_length($14::text), 0)
+                + coalesce(octet_length($3::text), 0) + coalesce(octet_length($15::text), 0)
+                + coalesce(octet_length($13::text), 0) < 4000
+            AND {schema}.may_hand_off($1::text, $5::int, w.worker)  -- per registration found
+          LIMIT 1) AS found
+    CROSS JOIN LATERAL {schema}.lock_idle_slot(found.worker) AS l
 ),
 ins AS (
     INSERT INTO {schema}.jobs (queue, kind, name, payload, priority, run_at, max_attempts,
@@ -61,44 +76,16 @@ ins AS (
            CASE WHEN s.worker IS NOT NULL THEN now() END
     FROM (SELECT) AS one LEFT JOIN slot s ON true
     ON CONFLICT DO NOTHING
-    RETURNING {fragment:inserted_columns}, kind, payload, attempts, max_attempts, deferrals,
-              max_deferrals, backoff, lock_token, metadata, flow_id, progress, created_at,
-              schedule,
-              CASE WHEN lock_token IS NULL THEN pg_notify($20, queue) END,
+    -- inserted_columns, but a handed job's events are written by hand_off, in order
+    RETURNING id, queue, name, job_key, tenant, pending_deps, run_at, priority,
+              record_events AND lock_token IS NULL AS record_events,
+              CASE WHEN lock_token IS NULL THEN pg_notify($20, queue)
+                   ELSE {schema}.hand_off(jobs, (SELECT worker FROM slot),
+                                          (SELECT channel FROM slot)) END,
               CASE WHEN $21::text IS NOT NULL THEN set_config('synchronous_commit', $21, true) END
 ),
-{fragment:added_events},
-handed AS (
-    UPDATE {schema}.idle_workers w
-    SET free = w.free - 1, handed = w.handed || i.lock_token
-    FROM ins i, slot s
-    WHERE i.lock_token IS NOT NULL AND w.worker = s.worker
-    RETURNING pg_notify(w.channel, json_build_object(
-        'id', i.id, 'queue', i.queue, 'kind', i.kind, 'name', i.name, 'payload', i.payload::text,
-        'priority', i.priority, 'run_at', i.run_at, 'attempts', i.attempts,
-        'max_attempts', i.max_attempts, 'deferrals', i.deferrals,
-        'max_deferrals', i.max_deferrals, 'backoff', i.backoff::text,
-        'lock_token', i.lock_token, 'tenant', i.tenant, 'metadata', i.metadata::text,
-        'flow_id', i.flow_id, 'progress', i.progress::text, 'job_key', i.job_key,
-        'created_at', i.created_at, 'schedule', i.schedule)::text)
-),
-handed_events AS (
-    -- after the 'added' rows (read to the end first), as a claim's would follow them
-    INSERT INTO {schema}.job_events (queue, job_id, job_key, tenant, event, prev, data)
-    SELECT i.queue, i.id, i.job_key, i.tenant, 'active', 'pending',
-           jsonb_build_object('attempt', i.attempts)
-    FROM ins i CROSS JOIN (SELECT count(*) FROM added) AS after_added
-    WHERE i.record_events AND i.lock_token IS NOT NULL
-    RETURNING pg_notify('{schema}_events', queue)
-)
-SELECT id, false AS duplicate FROM ins
-UNION ALL
-(SELECT j.id, true FROM {schema}.jobs j
- WHERE NOT EXISTS (SELECT FROM ins) AND j.queue = $1 AND coalesce(j.tenant, '') = coalesce($13, '')
-   AND (j.job_key = $15::text
-        OR (j.dedup_key = $11::text AND j.status IN ('pending', 'running')))
- ORDER BY j.job_key = $15::text DESC NULLS LAST
- LIMIT 1);
+{fragment:added_events}
+{fragment:inserted_or_holder}
 
 -- name: enqueue_many
 -- Insert many jobs in one statement. Returns one row per input (by ordinal) with the id it was

@@ -1,5 +1,5 @@
 """Hand-offs: an enqueue writes a job that could start at once already leased to a worker
-registered idle, and notifies that worker alone (queries.sql, enqueue_one; claimer.py).
+registered idle, and notifies that worker alone (queries.sql, enqueue_one_handing; claimer.py).
 
 The races are decided by the registration's row lock: two enqueues never take one slot, a
 claim that withdraws the registration waits for an enqueue holding it and then sees its job,
@@ -68,13 +68,13 @@ async def _registration(jobs: JobQueue, worker: uuid.UUID) -> Any:
 
 
 def _enqueue_statement(jobs: JobQueue, n: int, **options: Any) -> Any:
-    """enqueue_one with hand-off allowed, on a connection the test drives (in its own
+    """enqueue_one_handing, on a connection the test drives (in its own
     transaction, as JobQueue.enqueue runs it)."""
     job = prepare(JobSpec("x", {"n": n}, **options), jobs.registry)
 
     async def run(conn: Any) -> Any:
         return await jobs.db.fetchrow(
-            "enqueue_one", *row_args(job), notify_channel(jobs.schema), None, True, conn=conn
+            "enqueue_one_handing", *row_args(job), notify_channel(jobs.schema), None, conn=conn
         )
 
     return run
