@@ -161,7 +161,7 @@ FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
 -- name: claim_for_worker
 -- A worker's claim: as claim, after withdrawing the worker's registration for hand-offs ($6,
 -- NULL when it has none; $7: the lock tokens of the hand-offs it has seen since it registered,
--- sql/schema/claim_for_worker.sql). The hand-offs it had not seen come first.
+-- sql/schema/hand_offs.sql). The hand-offs it had not seen come first.
 SELECT c.id, c.queue, c.kind, c.name, c.payload, c.priority, c.run_at, c.attempts,
        c.max_attempts, c.deferrals, c.max_deferrals, c.backoff, c.lock_token, c.tenant,
        c.metadata, c.flow_id, c.progress, c.job_key, c.created_at, c.schedule

@@ -3,7 +3,7 @@
 -- and notifies that worker alone, with the row (enqueue_one): the job starts without a claim
 -- round trip. Each hand-off takes one registered slot and records the claim's lock token in
 -- `handed`, so the worker's next claim collects a hand-off whose notification it missed
--- (sql/schema/claim_for_worker.sql). Unlogged: a registration is only worth its worker's
+-- (sql/schema/hand_offs.sql). Unlogged: a registration is only worth its worker's
 -- life, and a server crash empties the table, as it ends every worker's session.
 CREATE UNLOGGED TABLE {schema}.idle_workers (
     worker     uuid        PRIMARY KEY,
