@@ -348,3 +348,64 @@ async def test_stress_producers_and_idle_workers_run_every_job_once(jobs: JobQue
     )
     assert {r["status"]: r["count"] for r in statuses} == {"completed": len(ids) + len(workers)}
     assert await jobs.db.pool.fetchval(f"SELECT count(*) FROM {jobs.schema}.idle_workers") == 0
+
+
+@pytest.mark.usefixtures("kinds")
+async def test_stress_pauses_and_stops_amid_hand_offs_lose_and_double_nothing(
+    jobs: JobQueue,
+) -> None:
+    """Workers paused, resumed and replaced while producers enqueue one by one: every job
+    runs, none twice, none is left leased to a worker that gave it back."""
+    workers = [jobs.worker(concurrency=2) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    for _ in workers:
+        await jobs.enqueue("x", {"n": -1})
+    await eventually(lambda: _async(len(RAN) == len(workers)))
+    warm = len(RAN)
+    ids: list[int] = []
+    producing = True
+
+    async def producer(p: int) -> None:
+        for i in range(50):
+            job_id = (await jobs.enqueue("x", {"n": p * 100 + i})).id
+            ids.append(job_id)
+            if i % 2 == 0:
+                await asyncio.sleep(0.002)  # let workers go idle and register
+
+    async def disturber() -> None:
+        rounds = 0
+        while producing:
+            worker = workers[rounds % len(workers)]
+            await worker.pause(wait_for_running=False)
+            await asyncio.sleep(0.005)
+            worker.resume()
+            if rounds % 3 == 2:  # replace one worker: stop gives back what it holds
+                await worker.stop()
+                replacement = jobs.worker(concurrency=2)
+                replacement.start()
+                workers[rounds % len(workers)] = replacement
+                retired.append(worker)
+            rounds += 1
+            await asyncio.sleep(0.01)
+
+    retired: list[Worker] = []
+    disturbing = asyncio.create_task(disturber())
+    try:
+        await asyncio.gather(*(producer(p) for p in range(3)))
+        producing = False
+        await disturbing
+        await eventually(lambda: _async(len(RAN) >= len(ids) + warm), timeout=60)
+    finally:
+        producing = False
+        await asyncio.gather(disturbing, return_exceptions=True)
+        for worker in workers:
+            await worker.stop()
+    assert sorted(RAN[warm:]) == sorted(ids)  # every job ran, none twice
+    statuses = await jobs.db.pool.fetch(
+        f"SELECT status, count(*) FROM {jobs.schema}.jobs GROUP BY status"
+    )
+    assert {r["status"]: r["count"] for r in statuses} == {"completed": len(ids) + warm}
+    assert await jobs.db.pool.fetchval(f"SELECT count(*) FROM {jobs.schema}.idle_workers") == 0
+    assert sum(w.stats.lost for w in workers + retired) == 0
+    assert sum(w.stats.handed for w in workers + retired) > 0
