@@ -101,6 +101,7 @@ class Claimer:
         claim_ahead: int,
         slots: int,
         poll_interval: float,
+        worker_id: uuid.UUID | None = None,
     ) -> None:
         self._db = db
         self.queues = queues
@@ -116,14 +117,21 @@ class Claimer:
         """Set once a notification has reached this worker (LISTEN works)."""
         self._found_by_polling = 0
         self._warned_about_listen = False
-        self.worker_id: str | None = None
-        """The worker's id: set, it registers for hand-offs on ``handoff_channel``."""
-        self.handoff_channel = ""
+        self.worker_id = worker_id
+        """The worker's id, under which it registers for hand-offs (None: it never does)."""
+        self.hand_offs = False
+        """Register for hand-offs when idle (the worker sets it for a run, not an until-drained
+        one)."""
         self.listening: Callable[[], bool] = lambda: False
         """True while the worker's LISTEN connection is up (hand-offs need it)."""
         self._registered = False
         self._seen: list[uuid.UUID] = []  # tokens of hand-offs received since registering
         self._remembered: dict[uuid.UUID, float] = {}  # token -> when it was taken
+
+    @property
+    def handoff_channel(self) -> str:
+        """The worker's own notification channel, on which hand-offs come."""
+        return f"pgjobs_w{self.worker_id.hex}" if self.worker_id is not None else ""
 
     def record_run(self, seconds: float) -> None:
         average = self.handler_seconds
@@ -162,7 +170,7 @@ class Claimer:
     async def idle_state(self, free: int = 0) -> IdleState:
         """When to look again; with ``free`` > 0, also registers that many slots for
         hand-offs (only while notifications reach this worker: they are how hand-offs come)."""
-        register = free > 0 and self.worker_id is not None and self.notified and self.listening()
+        register = free > 0 and self.hand_offs and self.notified and self.listening()
         row = await self._db.fetchrow(
             "idle_state",
             self.queues,

@@ -166,6 +166,9 @@ class Worker:
         self.shutdown_timeout = float(shutdown_timeout)
         self.stats = WorkerStats()
         self._channel = notify_channel(db.schema)
+        worker_uuid = uuid.uuid4()
+        self.id = str(worker_uuid)
+        """This worker in ``JobQueue.list_workers`` (while it runs)."""
         self._claimer = Claimer(
             db,
             self.queues,
@@ -174,6 +177,7 @@ class Worker:
             claim_ahead=claim_ahead,
             slots=concurrency,
             poll_interval=float(poll_interval),
+            worker_id=worker_uuid,
         )
         self._leases = LeaseKeeper(
             db,
@@ -188,10 +192,6 @@ class Worker:
             on_rescued=self._count_rescued,
             on_beat=self._report_presence,
         )
-        worker_uuid = uuid.uuid4()
-        self.id = str(worker_uuid)
-        """This worker in ``JobQueue.list_workers`` (while it runs)."""
-        self._claimer.handoff_channel = f"pgjobs_w{worker_uuid.hex}"
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self._advancing: dict[int, asyncio.Task[None]] = {}
         self._stopping = asyncio.Event()
@@ -258,7 +258,7 @@ class Worker:
                 self._claimer.handoff_channel: self._on_handoff,
             },
         )
-        self._claimer.worker_id = None if until_drained else self.id
+        self._claimer.hand_offs = not until_drained
         self._claimer.listening = lambda: notifier.connected
         self._completer.start()
         await notifier.start()

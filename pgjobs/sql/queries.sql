@@ -40,10 +40,16 @@ WITH ins AS (
 -- registered idle for its queue and kind (migration 0019): the job is written running, leased
 -- to that worker as a claim would lease it, the worker's slot is taken and its token recorded,
 -- and the row goes to that worker alone in a notification; its 'active' event follows its
--- 'added' one (all by hand_off, sql/schema/hand_offs.sql, called for a handed job only). The
--- registration found is locked SKIP LOCKED and read again (lock_idle_slot): two enqueues
--- never take one slot, and an enqueue never waits. A concurrent pause or cap that commits after this read is the same
--- race as a claim made just before it. A key conflict writes nothing and takes no slot.
+-- 'added' one (all by hand_off, sql/schema/hand_offs.sql, called for a handed job only).
+--
+-- Concurrency (READ COMMITTED). The registration is found in the statement's snapshot, then
+-- locked SKIP LOCKED and read again as of now by lock_idle_slot, so a slot taken by an enqueue
+-- that committed in between is seen as taken: two enqueues never take one slot, and an enqueue
+-- never waits (one that finds the registration locked just writes its job pending; only the
+-- first registration found is tried). A claim withdrawing the registration waits for this
+-- lock (withdraw_idle_worker). A pause, cap or job ahead that commits after may_hand_off read
+-- the queue is the same race as a claim made just before it. A key conflict writes nothing
+-- and takes no slot.
 WITH slot AS (
     SELECT l.worker, l.lease, l.channel
     FROM (SELECT w.worker FROM {schema}.idle_workers w

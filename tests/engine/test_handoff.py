@@ -80,6 +80,18 @@ def _enqueue_statement(jobs: JobQueue, n: int, **options: Any) -> Any:
     return run
 
 
+def _claim_statement(jobs: JobQueue, worker: uuid.UUID) -> Any:
+    """claim_for_worker for ``worker`` (one slot, nothing seen), on a connection the test
+    drives."""
+
+    async def run(conn: Any) -> Any:
+        return await jobs.db.fetch(
+            "claim_for_worker", ["default"], ["x"], 1, 30.0, 0, worker, [], conn=conn
+        )
+
+    return run
+
+
 async def _row(jobs: JobQueue, job_id: int) -> Any:
     return await jobs.db.pool.fetchrow(
         f"SELECT status, attempts, lock_token, locked_until > now() AS leased, started_at"
@@ -90,10 +102,16 @@ async def _row(jobs: JobQueue, job_id: int) -> Any:
 
 def _claimer(jobs: JobQueue, worker: uuid.UUID) -> Claimer:
     claimer = Claimer(
-        jobs.db, ["default"], ["x"], lease=30.0, claim_ahead=0, slots=1, poll_interval=1.0
+        jobs.db,
+        ["default"],
+        ["x"],
+        lease=30.0,
+        claim_ahead=0,
+        slots=1,
+        poll_interval=1.0,
+        worker_id=worker,
     )
-    claimer.worker_id = str(worker)
-    claimer.handoff_channel = f"pgjobs_w{worker.hex}"
+    claimer.hand_offs = True
     claimer.notified = True
     claimer.listening = lambda: True
     return claimer
@@ -175,17 +193,33 @@ async def test_two_enqueues_never_take_one_slot(jobs: JobQueue, pool: asyncpg.Po
 
 
 @pytest.mark.usefixtures("kinds")
+async def test_a_slot_taken_after_the_statement_began_is_not_taken_again(
+    jobs: JobQueue, pool: asyncpg.Pool
+) -> None:
+    """enqueue_one_handing finds a registration in its statement's snapshot and locks it with
+    lock_idle_slot, which reads it again as of now: what a statement whose snapshot predates
+    the other enqueue's commit would do next. Locked elsewhere or full, it is not taken."""
+    worker = await _register(jobs, free=1)
+
+    async def lock(conn: Any) -> list[Any]:
+        return list(await conn.fetch(f"SELECT * FROM {jobs.schema}.lock_idle_slot($1)", worker))
+
+    held, skipped, waited = await overlap(pool, lock, lock)
+    assert [r["worker"] for r in held] == [worker] and skipped == [] and not waited
+    await jobs.enqueue("x", {"n": 1})  # takes the only slot
+    async with pool.acquire() as conn, conn.transaction():
+        assert await lock(conn) == []  # free is 0 as of now, whatever an older snapshot saw
+
+
+@pytest.mark.usefixtures("kinds")
 async def test_a_claim_waits_for_the_handing_enqueue_and_collects_its_job(
     jobs: JobQueue, pool: asyncpg.Pool
 ) -> None:
     worker = await _register(jobs, free=1)
 
-    async def claim(conn: Any) -> Any:
-        return await jobs.db.fetch(
-            "claim_for_worker", ["default"], ["x"], 1, 30.0, 0, worker, [], conn=conn
-        )
-
-    enqueued, claimed, waited = await overlap(pool, _enqueue_statement(jobs, 1), claim)
+    enqueued, claimed, waited = await overlap(
+        pool, _enqueue_statement(jobs, 1), _claim_statement(jobs, worker)
+    )
     assert waited  # the withdrawal waited for the enqueue's lock on the registration
     # ... and then saw the job that enqueue wrote, though it committed after the claim began
     assert [r["id"] for r in claimed] == [enqueued["id"]]
@@ -199,12 +233,9 @@ async def test_an_enqueue_after_the_withdrawal_leaves_its_job_pending(
 ) -> None:
     worker = await _register(jobs, free=1)
 
-    async def claim(conn: Any) -> Any:
-        return await jobs.db.fetch(
-            "claim_for_worker", ["default"], ["x"], 1, 30.0, 0, worker, [], conn=conn
-        )
-
-    claimed, enqueued, waited = await overlap(pool, claim, _enqueue_statement(jobs, 1))
+    claimed, enqueued, waited = await overlap(
+        pool, _claim_statement(jobs, worker), _enqueue_statement(jobs, 1)
+    )
     assert not waited and claimed == []
     assert (await _row(jobs, enqueued["id"]))["status"] == "pending"
     assert await _registration(jobs, worker) is None
