@@ -1,6 +1,13 @@
 -- Fragments: pieces of SQL that several statements share, written once. A statement names
 -- one as {fragment:NAME}; the loader (sql/__init__.py) puts it in before anything else.
 
+-- fragment: in_flight
+-- A job `j` pending or running, spelled as the predicates of the partial indexes that hold such
+-- jobs (migration 0020): ready or delayed (jobs_claim_idx), behind prerequisites
+-- (jobs_waiting_children_idx), running (jobs_running_idx), so the planner combines them.
+(j.status = 'running' OR (j.status = 'pending' AND j.pending_deps = 0)
+ OR (j.status = 'pending' AND j.pending_deps > 0))
+
 -- fragment: inserted_columns
 -- What an INSERT INTO jobs returns for added_events.
 id, queue, name, job_key, tenant, pending_deps, run_at, priority, record_events

@@ -9,7 +9,7 @@ SELECT cancelled AS id FROM {schema}.cancel_jobs($1::bigint[], $2::text, $3::boo
 -- name: in_flight_ids_where
 -- The pending or running jobs matching {where}, oldest first: what a cancel by filter cancels.
 SELECT j.id FROM {schema}.jobs j
-WHERE {where} AND j.status IN ('pending', 'running')
+WHERE {where} AND {fragment:in_flight}
 ORDER BY j.id;
 
 -- name: flow_job_ids

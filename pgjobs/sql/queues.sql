@@ -50,7 +50,7 @@ ON CONFLICT (id) DO UPDATE SET running = excluded.running, last_seen = now();
 -- The in-flight jobs of queues $1 (NULL: every queue) by state (ready, delayed,
 -- waiting_children, running), with the seconds the oldest of each state has been due (a LIFO
 -- job's mirrored run_at counts from its creation): queue depth and lag for telemetry and the
--- dashboard's Prometheus endpoint. Reads jobs_inflight_idx.
+-- dashboard's Prometheus endpoint. Reads the in-flight partial indexes (fragments.sql).
 SELECT j.queue,
        CASE WHEN j.status = 'running' THEN 'running'
             WHEN j.pending_deps > 0 THEN 'waiting_children'
@@ -60,7 +60,7 @@ SELECT j.queue,
        greatest(extract(epoch FROM now() - min(greatest(j.run_at, j.created_at))), 0)::float8
            AS lag
 FROM {schema}.jobs j
-WHERE ($1::text[] IS NULL OR j.queue = ANY($1::text[])) AND j.status IN ('pending', 'running')
+WHERE ($1::text[] IS NULL OR j.queue = ANY($1::text[])) AND {fragment:in_flight}
 GROUP BY 1, 2
 ORDER BY 1, 2;
 

@@ -6,7 +6,7 @@
 -- partial index: in flight (few rows) and finished (an index-only count where the filter allows).
 SELECT {schema}.sub_state(j.status, j.pending_deps, j.run_at, j.attempts) AS sub_state, count(*) AS n
 FROM {schema}.jobs j
-WHERE j.status IN ('pending', 'running') AND {where}
+WHERE {fragment:in_flight} AND {where}
 GROUP BY 1
 UNION ALL
 SELECT CASE j.status WHEN 'dead' THEN 'failed' ELSE j.status END, count(*)
@@ -28,7 +28,7 @@ OFFSET $1 LIMIT $2;
 WITH counts AS (
     SELECT j.queue, {schema}.sub_state(j.status, j.pending_deps, j.run_at, j.attempts) AS sub_state,
            count(*) AS n
-    FROM {schema}.jobs j WHERE j.status IN ('pending', 'running')
+    FROM {schema}.jobs j WHERE {fragment:in_flight}
     GROUP BY 1, 2
     UNION ALL
     SELECT j.queue, CASE j.status WHEN 'dead' THEN 'failed' ELSE j.status END, count(*)

@@ -36,6 +36,7 @@ RELEASED = {
     17: "5007235cd0efaa75",  # schedule_pause
     18: "ddc603e6d88d4b1a",  # batched_added_events
     19: "9746e53d31f57a45",  # idle_workers
+    20: "57360fb6908c5029",  # in_flight_by_partial_indexes
 }
 """sha256 prefix of each migration that has reached main. A database migrated by an earlier
 release has recorded these versions and never runs them again, so an edit to one would never

@@ -26,6 +26,7 @@ from pgjobs import (
     SubState,
 )
 from pgjobs.maintenance import GcInput, SweepInput, collect_garbage, sweep_metrics
+from pgjobs.sql import filters
 from tests.factories import insert_job
 
 NOW = datetime.now(UTC)
@@ -254,6 +255,57 @@ async def test_find_by_job_key_probes_each_queue_through_the_key_index(
     assert "Seq Scan on jobs" not in plan, plan
     with pytest.raises(InvalidOption):
         await jobs.find_by_job_key("")
+
+
+async def test_in_flight_reads_use_the_partial_indexes_not_the_history(jobs: JobQueue) -> None:
+    """Migration 0020 dropped the index of every in-flight row: counts, gauges, cancels by
+    filter and status listings now combine the partial indexes that hold in-flight jobs, and
+    still read none of the finished history (nor miss a job of any in-flight sub-state)."""
+    pool, schema = jobs.db.pool, jobs.schema
+    await pool.execute(
+        f"INSERT INTO {schema}.jobs (queue, kind, name, payload, backoff, max_attempts, status,"
+        " finished_at) SELECT 'q', 'k', 'k', '{}', '{}', 1, 'completed', now()"
+        " FROM generate_series(1, 5000)"
+    )
+    in_flight = {
+        SubState.READY: await insert_job(pool, schema),
+        SubState.DELAYED: await insert_job(pool, schema, run_at=FUTURE),
+        SubState.WAITING_CHILDREN: await insert_job(pool, schema, pending_deps=1),
+        SubState.ACTIVE: await insert_job(pool, schema, status="running", attempts=1),
+    }
+    await pool.execute(f"ANALYZE {schema}.jobs")
+
+    counts = await jobs.substate_counts(JobFilter(queue="q"))
+    assert {s: counts[s] for s in in_flight} == dict.fromkeys(in_flight, 1)
+    assert counts[SubState.COMPLETED] == 5000
+    for state, job_id in in_flight.items():
+        listed = await jobs.list_jobs(JobFilter(queue="q", sub_state=state))
+        assert [r.id for r in listed] == [job_id], state
+    gauges = await pool.fetch(jobs.db.statements["queue_gauges"], ["q"])
+    assert sorted((r["state"], r["jobs"]) for r in gauges) == [
+        ("delayed", 1), ("ready", 1), ("running", 1), ("waiting_children", 1),
+    ]  # fmt: skip
+
+    async def plan(name: str, where: JobFilter, first: int, *lead: object) -> str:
+        sql, params = filters.where(where, first, "j", schema)
+        parts = {"where": sql, "order": "j.id DESC", "job_columns": "j.id"}
+        text = jobs.db.statements[name]
+        for marker, part in parts.items():
+            text = text.replace("{" + marker + "}", part)
+        rows = await pool.fetch("EXPLAIN " + text, *lead, *params)
+        return "\n".join(r[0] for r in rows)
+
+    statuses = JobFilter(queue="q", status=[Status.PENDING, Status.RUNNING])
+    plans = [
+        await plan("substate_counts", JobFilter(queue="q", status=Status.PENDING), 1),
+        await plan("in_flight_ids_where", JobFilter(queue="q"), 1),
+        await plan("list_jobs", statuses, 3, 0, 50),
+    ]
+    gauge_plan = await pool.fetch("EXPLAIN " + jobs.db.statements["queue_gauges"], ["q"])
+    plans.append("\n".join(r[0] for r in gauge_plan))
+    for text in plans:
+        assert "Seq Scan on jobs" not in text and "jobs_pkey" not in text, text
+        assert "jobs_claim_idx" in text and "jobs_waiting_children_idx" in text, text
 
 
 async def test_list_jobs_pages_newest_first(jobs: JobQueue) -> None:

@@ -11,8 +11,8 @@
 --
 -- Plans. The statements are planned once per connection (generic plans): planning them on
 -- every call would cost more than running them. A generic plan made before the table was
--- analyzed estimates one pending row; the status re-checks that would let it scan
--- jobs_inflight_idx are therefore left out where redundant (picked rows are locked by this
+-- analyzed estimates one pending row; the status re-checks that would let it scan another
+-- index are therefore left out where redundant (picked rows are locked by this
 -- transaction and still pending), and sorts are discouraged (enable_sort = off) so that the
 -- pick reads jobs_claim_idx, already in claim order. JIT never pays for statements this small.
 -- tests/engine/test_migrate.py measures the pages a claim touches.
