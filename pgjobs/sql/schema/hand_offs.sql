@@ -94,13 +94,13 @@ BEGIN
     SET free = w.free - 1, handed = w.handed || p_job.lock_token
     WHERE w.worker = p_worker;
     IF p_job.record_events THEN
-        INSERT INTO {schema}.job_events (queue, tenant, event, added)
-        VALUES (p_job.queue, p_job.tenant, 'added',
+        -- one statement, its rows numbered in order: 'added' before 'active'
+        INSERT INTO {schema}.job_events (queue, job_id, job_key, tenant, event, prev, data, added)
+        VALUES (p_job.queue, NULL, NULL, p_job.tenant, 'added', NULL, NULL,
                 ARRAY[ROW(p_job.id, p_job.job_key, p_job.name, p_job.pending_deps, p_job.run_at,
-                          p_job.priority)::{schema}.added_job]);
-        INSERT INTO {schema}.job_events (queue, job_id, job_key, tenant, event, prev, data)
-        VALUES (p_job.queue, p_job.id, p_job.job_key, p_job.tenant, 'active', 'pending',
-                jsonb_build_object('attempt', p_job.attempts));
+                          p_job.priority)::{schema}.added_job]),
+               (p_job.queue, p_job.id, p_job.job_key, p_job.tenant, 'active', 'pending',
+                jsonb_build_object('attempt', p_job.attempts), NULL);
         PERFORM pg_notify('{schema}_events', p_job.queue);
     END IF;
     PERFORM pg_notify(p_channel, json_build_object(
