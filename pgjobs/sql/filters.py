@@ -1,5 +1,5 @@
 """Turn a JobFilter or a FlowFilter into a parameterised WHERE clause. Values are always bind
-parameters; only the fixed column templates below enter the SQL text."""
+parameters; only the fixed column templates and status predicates below enter the SQL text."""
 
 from __future__ import annotations
 
@@ -66,21 +66,33 @@ def _payload_equals(value: Any) -> str:
         raise InvalidOption("payload_equals", f"value is not JSON: {exc}") from None
 
 
-# A status filter, with the in-flight and finished halves spelled as the predicates of the
-# partial indexes that hold them (fragments.sql, in_flight; jobs_finished_idx), so the planner
-# reads those indexes instead of the whole table, in a plan made before the statuses are known
-# too. With the table's CHECKs the added OR holds for every row: it changes no result.
-STATUS_TEMPLATE = (
-    "({a}.status = ANY({p}::text[]) AND ({a}.finished_at IS NOT NULL OR {a}.status = 'running'"
-    " OR ({a}.status = 'pending' AND {a}.pending_deps = 0)"
-    " OR ({a}.status = 'pending' AND {a}.pending_deps > 0)))"
-)
+# A status filter is written as fixed SQL, one predicate per status, each the predicate of a
+# partial index that holds such jobs (fragments.sql, in_flight; jobs_finished_idx for the
+# finished ones): the planner then reads those indexes, in a plan made once for every call of
+# the statement too (asyncpg keeps it prepared, and a plan made without the statuses could not
+# use a partial index). Only these constant texts enter the SQL; the filter's value picks them.
+STATUS_PREDICATES: dict[str, str] = {
+    Status.PENDING.value: (
+        "({a}.status = 'pending' AND {a}.pending_deps = 0)"
+        " OR ({a}.status = 'pending' AND {a}.pending_deps > 0)"
+    ),
+    Status.RUNNING.value: "{a}.status = 'running'",
+    **{
+        status.value: f"({{a}}.finished_at IS NOT NULL AND {{a}}.status = '{status.value}')"
+        for status in (Status.COMPLETED, Status.DEAD, Status.CANCELLED)
+    },
+}
+
+
+def status_predicate(statuses: list[str], alias: str) -> str:
+    """The fixed SQL matching any of ``statuses`` (validated Status values) over ``alias``."""
+    return "(" + " OR ".join(STATUS_PREDICATES[s].format(a=alias) for s in sorted(statuses)) + ")"
+
 
 # field -> (SQL template over {a} = alias and {p} = placeholder, validator of the value)
 _JOB_RULES: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "queue": ("{a}.queue = {p}::text", validation.queue),
     "kind": ("{a}.kind = {p}::text", _text("kind")),
-    "status": (STATUS_TEMPLATE, _statuses),
     "flow_id": ("{a}.flow_id = {p}::bigint", _int("flow_id", 1, 2**63 - 1)),
     "group_key": ("{a}.group_key = {p}::text", _text("group_key")),
     "dedup_key": ("{a}.dedup_key = {p}::text", _text("dedup_key")),
@@ -149,6 +161,8 @@ def where(
     """``(sql, params)``: a boolean expression over ``alias`` using $first_param...
     ``schema`` is needed (to call its sub_state function) when the filter has a sub_state."""
     clauses = _Clauses(first_param, alias, schema)
+    if f.status is not None:
+        clauses.sql.append(status_predicate(_statuses(f.status), alias))
     clauses.apply(_JOB_RULES, f)
     if f.sub_state is not None:
         if schema is None:
@@ -157,7 +171,9 @@ def where(
             SubState(v) for v in _members("sub_state", [s.value for s in SubState], f.sub_state)
         ]
         # The status it implies first, so the partial indexes stay usable.
-        clauses.add(STATUS_TEMPLATE, sorted({SUB_STATE_STATUS[s].value for s in states}))
+        clauses.sql.append(
+            status_predicate(sorted({SUB_STATE_STATUS[s].value for s in states}), alias)
+        )
         clauses.add(
             "{s}.sub_state({a}.status, {a}.pending_deps, {a}.run_at, {a}.attempts)"
             " = ANY({p}::text[])",

@@ -307,6 +307,24 @@ async def test_in_flight_reads_use_the_partial_indexes_not_the_history(jobs: Job
         assert "Seq Scan on jobs" not in text and "jobs_pkey" not in text, text
         assert "jobs_claim_idx" in text and "jobs_waiting_children_idx" in text, text
 
+    # The plan asyncpg's prepared statement gets after a few calls is made without the
+    # values: a sub-state listing must still read the partial indexes then. (EXPLAIN EXECUTE
+    # takes no bind parameters, hence the test's literal values.)
+    sql, _ = filters.where(JobFilter(queue="q", sub_state=SubState.READY), 3, "j", schema)
+    text = jobs.db.statements["list_jobs"]
+    for marker, part in {"where": sql, "order": "j.id DESC", "job_columns": "j.id"}.items():
+        text = text.replace("{" + marker + "}", part)
+    async with pool.acquire() as conn:
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        await conn.execute(f"PREPARE ready_page(bigint, bigint, text, text[]) AS {text}")
+        generic = "\n".join(
+            r[0] for r in await conn.fetch("EXPLAIN EXECUTE ready_page(0, 50, 'q', '{ready}')")
+        )
+        await conn.execute("DEALLOCATE ready_page")
+        await conn.execute("RESET plan_cache_mode")
+    assert "jobs_pkey" not in generic and "Seq Scan on jobs" not in generic, generic
+    assert "jobs_claim_idx" in generic, generic
+
 
 async def test_list_jobs_pages_newest_first(jobs: JobQueue) -> None:
     created = [await insert_job(jobs.db.pool, jobs.schema) for _ in range(7)]
