@@ -71,6 +71,7 @@ def _payload_equals(value: Any) -> str:
 # finished ones): the planner then reads those indexes, in a plan made once for every call of
 # the statement too (asyncpg keeps it prepared, and a plan made without the statuses could not
 # use a partial index). Only these constant texts enter the SQL; the filter's value picks them.
+# 'pending' and 'running' together are fragments.sql's in_flight.
 STATUS_PREDICATES: dict[str, str] = {
     Status.PENDING.value: (
         "({a}.status = 'pending' AND {a}.pending_deps = 0)"

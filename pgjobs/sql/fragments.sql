@@ -5,6 +5,7 @@
 -- A job `j` pending or running, spelled as the predicates of the partial indexes that hold such
 -- jobs (migration 0020): ready or delayed (jobs_claim_idx), behind prerequisites
 -- (jobs_waiting_children_idx), running (jobs_running_idx), so the planner combines them.
+-- sql/filters.py's STATUS_PREDICATES spell 'pending' and 'running' the same way.
 (j.status = 'running' OR (j.status = 'pending' AND j.pending_deps = 0)
  OR (j.status = 'pending' AND j.pending_deps > 0))
 

@@ -286,12 +286,14 @@ async def test_in_flight_reads_use_the_partial_indexes_not_the_history(jobs: Job
         ("delayed", 1), ("ready", 1), ("running", 1), ("waiting_children", 1),
     ]  # fmt: skip
 
-    async def plan(name: str, where: JobFilter, first: int, *lead: object) -> str:
+    def statement(name: str, where: JobFilter, first: int) -> tuple[str, list[object]]:
+        """Statement ``name`` as the tracking API renders it for ``where`` (newest first)."""
         sql, params = filters.where(where, first, "j", schema)
-        parts = {"where": sql, "order": "j.id DESC", "job_columns": "j.id"}
-        text = jobs.db.statements[name]
-        for marker, part in parts.items():
-            text = text.replace("{" + marker + "}", part)
+        text = jobs.db.statements[name].replace("{where}", sql).replace("{order}", "j.id DESC")
+        return text, params
+
+    async def plan(name: str, where: JobFilter, first: int, *lead: object) -> str:
+        text, params = statement(name, where, first)
         rows = await pool.fetch("EXPLAIN " + text, *lead, *params)
         return "\n".join(r[0] for r in rows)
 
@@ -310,10 +312,7 @@ async def test_in_flight_reads_use_the_partial_indexes_not_the_history(jobs: Job
     # The plan asyncpg's prepared statement gets after a few calls is made without the
     # values: a sub-state listing must still read the partial indexes then. (EXPLAIN EXECUTE
     # takes no bind parameters, hence the test's literal values.)
-    sql, _ = filters.where(JobFilter(queue="q", sub_state=SubState.READY), 3, "j", schema)
-    text = jobs.db.statements["list_jobs"]
-    for marker, part in {"where": sql, "order": "j.id DESC", "job_columns": "j.id"}.items():
-        text = text.replace("{" + marker + "}", part)
+    text, _ = statement("list_jobs", JobFilter(queue="q", sub_state=SubState.READY), 3)
     async with pool.acquire() as conn:
         await conn.execute("SET plan_cache_mode = force_generic_plan")
         await conn.execute(f"PREPARE ready_page(bigint, bigint, text, text[]) AS {text}")
