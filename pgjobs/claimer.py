@@ -4,11 +4,15 @@ The claimer knows nothing of running jobs: the worker (``Slots``) says how many 
 free, takes what was claimed, and gives back what it claimed ahead when it pauses. Wake-ups come
 from LISTEN (the worker sets ``wake``) with a slow poll as the safety net.
 
-Hand-offs: a claimer about to wait with free slots registers them (idle_state); an enqueue may
-then write a job already leased to this worker and notify it alone with the row, saving the
-claim's round trip (queries.sql, enqueue_one_handing). The next claim withdraws the registration and
-returns the hand-offs whose notification had not arrived, so a lost notification costs time,
-never a job, and a job is never taken twice (tokens seen are remembered for a while).
+Waiting: a claimer about to wait registers (idle_state), and only then do writes of jobs for
+its queues notify them (sql/schema/wake_workers.sql); its look for due jobs comes after the
+registration, so a job written just before is found by the look instead.
+
+Hand-offs: the registration offers the free slots; an enqueue may then write a job already
+leased to this worker and notify it alone with the row, saving the claim's round trip
+(sql/schema/enqueue_job.sql). The next claim withdraws the registration and returns the
+hand-offs whose notification had not arrived, so a lost notification costs time, never a job,
+and a job is never taken twice (tokens seen are remembered for a while).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ claim that collected the same job is recognised (and the job not started twice).
 
 
 def handed_row(payload: str) -> dict[str, Any]:
-    """The row a hand-off notification carries (queries.sql, enqueue_one_handing), with the types a
+    """The row a hand-off notification carries (sql/schema/hand_offs.sql), with the types a
     claim's row has: JSON columns as text, timestamps as datetimes, the token as a UUID."""
     row: dict[str, Any] = json.loads(payload)
     row["run_at"] = datetime.fromisoformat(row["run_at"])
@@ -168,15 +172,17 @@ class Claimer:
         return sorted(rows, key=lambda r: (-r["priority"], r["run_at"], r["id"]))
 
     async def idle_state(self, free: int = 0) -> IdleState:
-        """When to look again; with ``free`` > 0, also registers that many slots for
-        hand-offs (only while notifications reach this worker: they are how hand-offs come)."""
-        register = free > 0 and self.hand_offs and self.notified and self.listening()
+        """When to look again. A worker (with an id) whose LISTEN connection is up also
+        registers as waiting, so that writes of jobs for its queues notify it, and offers its
+        ``free`` slots for hand-offs once a notification has reached it (they come that way);
+        jobs written before the registration are counted in what it returns."""
+        register = self.worker_id is not None and self.listening()
         row = await self._db.fetchrow(
             "idle_state",
             self.queues,
             self.kinds,
             self.worker_id if register else None,
-            free,
+            free if self.hand_offs and self.notified else 0,
             3 * self.poll_interval,
             self.lease,
             self.handoff_channel,
@@ -262,12 +268,14 @@ class Claimer:
                 rows = await self.claim(free)
                 sleep = self.poll_interval
                 if len(rows) < free:
-                    idle = await self.idle_state(0 if until_drained else free - len(rows))
+                    idle = await self.idle_state(free - len(rows))
                     if until_drained and not idle.busy and not rows and not slots.working():
                         return
                     if idle.until_due is not None and (idle.until_due > 0 or not idle.capped):
-                        # Due jobs we could not take (another worker won them) are worth an
-                        # immediate retry; a queue at its cap is not: we wait to be woken.
+                        # Due jobs we could not take are worth an immediate retry: written
+                        # after the claim looked, by a writer that did not see this worker
+                        # waiting (and so woke nobody), or held by another claimer. A queue at
+                        # its cap is not: we wait to be woken.
                         sleep = min(sleep, max(idle.until_due, 0.0))
                 failures = 0
             except TRANSIENT_ERRORS as exc:
@@ -287,8 +295,8 @@ class Claimer:
             if len(rows) >= free or slots.paused:
                 # paused meanwhile: the registration just made is withdrawn at the top
                 continue
-            if slots.running() or sleep > 0:
+            if sleep > 0:
                 try:
-                    await asyncio.wait_for(self.wake.wait(), timeout=sleep if sleep > 0 else None)
+                    await asyncio.wait_for(self.wake.wait(), timeout=sleep)
                 except TimeoutError:
                     polled = True

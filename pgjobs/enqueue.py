@@ -412,6 +412,14 @@ def _uniform(jobs: list[PreparedJob]) -> bool:
     return True
 
 
+def own_transaction(conn: Any) -> bool:
+    """Whether a statement run on ``conn`` (None: a pool connection) is a transaction of its
+    own, rather than part of a caller's: only then may it hand a job off, or notify a queue only
+    where a worker or an event reader waits (sql/schema/wake.sql), since one that registers
+    waits for such a statement's commit."""
+    return conn is None or not conn.is_in_transaction()
+
+
 async def insert_batch(
     db: Database, batch: PreparedBatch, conn: Any = None, commit: str | None = None
 ) -> list[EnqueueResult]:
@@ -423,6 +431,7 @@ async def insert_batch(
         *_shared_args(batch.template),
         notify_channel(db.schema),
         commit,
+        own_transaction(conn),
         conn=conn,
     )
     assert row is not None
@@ -435,18 +444,16 @@ async def insert_one(
     """Insert ``job`` or return the in-flight holder of its dedup key (bounded race loop).
     ``commit``: the transaction's synchronous_commit (validation.commit_setting). Written in a
     transaction of its own (no ``conn``, or one outside a transaction), a job that could start
-    at once may be handed to an idle worker (queries.sql, enqueue_one_handing); in a caller's
+    at once may be handed to an idle worker (sql/schema/enqueue_job.sql); in a caller's
     transaction it never is: the worker would wait on that transaction, and the lease would
     run while it does."""
     if job.hold is not None:
         return await _insert_held(db, job, job.hold, conn, commit)
-    channel = notify_channel(db.schema)
-    statement = (
-        "enqueue_one_handing" if conn is None or not conn.is_in_transaction() else "enqueue_one"
-    )
+    args = (*row_args(job), notify_channel(db.schema), commit, own_transaction(conn))
     for _ in range(MAX_DEDUP_ROUNDS):
-        row = await db.fetchrow(statement, *row_args(job), channel, commit, conn=conn)
-        if row is not None:
+        row = await db.fetchrow("enqueue_one", *args, conn=conn)
+        assert row is not None
+        if row["id"] is not None:
             return EnqueueResult(row["id"], row["duplicate"])
     # Only an in-flight dedup key can be released between the conflict and the read.
     raise DedupRaceError(job.queue, job.dedup_key or job.job_key or "", MAX_DEDUP_ROUNDS)
@@ -503,7 +510,12 @@ async def insert_many(
     else:
         columns = list(zip(*(row_args(job) for job in unique), strict=True))
         rows = await db.fetch(
-            "enqueue_many", *columns, notify_channel(db.schema), commit, conn=conn
+            "enqueue_many",
+            *columns,
+            notify_channel(db.schema),
+            commit,
+            own_transaction(conn),
+            conn=conn,
         )
         for job, row in zip(unique, rows, strict=True):
             if row["inserted"]:

@@ -13,20 +13,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import uuid
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
 from pgjobs.config import events_channel
 from pgjobs.errors import InvalidOption
-from pgjobs.executor import Database
+from pgjobs.executor import TRANSIENT_ERRORS, Database
 from pgjobs.models import JobEvent
 from pgjobs.notifier import Notifier
+
+logger = logging.getLogger("pgjobs.events")
 
 FROM_START = "0"
 """Cursor meaning: every event the log still holds."""
 
 IDLE_POLL_SECONDS = 1.0  # safety net when a notification is missed
+READER_TTL_SECONDS = 60.0
+"""How long a stream's registration as a reader lasts unless renewed (every third of it):
+writes of events notify only the queues a registered reader follows (sql/schema/wake.sql)."""
 HELD_BACK_POLL_SECONDS = 0.02  # an event was announced but an older transaction is still open
 HELD_BACK_ROUNDS = 50
 
@@ -79,6 +86,8 @@ class EventStream:
         self._wake = asyncio.Event()
         self._announced = False
         self._notifier = Notifier(db, {events_channel(db.schema): self._on_notify})
+        self._reader = uuid.uuid4()
+        self._renewing: asyncio.Task[None] | None = None
         self._started = False
         self._closed = False
 
@@ -92,6 +101,11 @@ class EventStream:
             return
         self._started = True
         await self._notifier.start()
+        # Registered before the starting point is fixed: a write that did not see the
+        # registration has committed by then (sql/schema/wake.sql), so it is either before the
+        # start or read by the first read.
+        await self._register()
+        self._renewing = asyncio.create_task(self._renew(), name="pgjobs-event-reader")
         if self._cursor is None:
             row = await self._db.fetchrow("events_start")
             assert row is not None
@@ -113,7 +127,32 @@ class EventStream:
     async def close(self) -> None:
         self._closed = True
         self._wake.set()
+        if self._renewing is not None:
+            self._renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewing
+            self._renewing = None
+            with contextlib.suppress(*TRANSIENT_ERRORS):
+                await self._db.fetch("end_event_reader", self._reader)
         await self._notifier.stop()
+
+    async def _register(self) -> None:
+        await self._db.fetch(
+            "register_event_reader", self._reader, self._queues, READER_TTL_SECONDS
+        )
+
+    async def _renew(self) -> None:
+        """Renew the registration while the stream is open. One that lapses (the database
+        was out of reach) only costs latency: events are read by polling meanwhile."""
+        while True:
+            await asyncio.sleep(READER_TTL_SECONDS / 3)
+            try:
+                await self._register()
+            except TRANSIENT_ERRORS as exc:
+                current = asyncio.current_task()
+                if self._db.pool.is_closing() or (current is not None and current.cancelling()):
+                    return  # the pool is gone, or asyncpg turned our cancellation into this
+                logger.warning("could not renew an event stream's registration (%s)", exc)
 
     async def __aenter__(self) -> EventStream:
         await self.start()

@@ -40,6 +40,13 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 )
 """Errors after which the same statement may simply be retried (on another connection)."""
 
+SCHEMA_MISSING_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.UndefinedTableError,
+    asyncpg.UndefinedFunctionError,
+    asyncpg.InvalidSchemaNameError,  # a function called in a schema that does not exist
+)
+"""What PostgreSQL raises for a statement that names what the schema does not have (yet)."""
+
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """Nothing beyond asyncpg's own cleanup (an open transaction is rolled back, listeners
@@ -107,7 +114,7 @@ class Database:
         builders, which emit column names and bind placeholders, never values)."""
         try:
             return await (conn or self.pool).fetch(self._sql(name, parts), *args)
-        except (asyncpg.UndefinedTableError, asyncpg.UndefinedFunctionError) as exc:
+        except SCHEMA_MISSING_ERRORS as exc:
             raise await self._schema_missing() from exc
 
     async def fetchrow(
@@ -115,7 +122,7 @@ class Database:
     ) -> asyncpg.Record | None:
         try:
             return await (conn or self.pool).fetchrow(self._sql(name, parts), *args)
-        except (asyncpg.UndefinedTableError, asyncpg.UndefinedFunctionError) as exc:
+        except SCHEMA_MISSING_ERRORS as exc:
             raise await self._schema_missing() from exc
 
     async def fetchval(
@@ -123,14 +130,14 @@ class Database:
     ) -> Any:
         try:
             return await (conn or self.pool).fetchval(self._sql(name, parts), *args)
-        except (asyncpg.UndefinedTableError, asyncpg.UndefinedFunctionError) as exc:
+        except SCHEMA_MISSING_ERRORS as exc:
             raise await self._schema_missing() from exc
 
     async def execute(self, name: str, *args: Any, conn: Any = None) -> str:
         """Run a statement that returns no rows (VACUUM, DDL); its status tag."""
         try:
             return await (conn or self.pool).execute(self._sql(name), *args)
-        except (asyncpg.UndefinedTableError, asyncpg.UndefinedFunctionError) as exc:
+        except SCHEMA_MISSING_ERRORS as exc:
             raise await self._schema_missing() from exc
 
     @asynccontextmanager

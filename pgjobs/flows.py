@@ -13,7 +13,15 @@ import asyncpg
 
 from pgjobs import jsonvalue
 from pgjobs.config import notify_channel
-from pgjobs.enqueue import JobSpec, PreparedJob, insert_many, insert_one, prepare, row_args
+from pgjobs.enqueue import (
+    JobSpec,
+    PreparedJob,
+    insert_many,
+    insert_one,
+    own_transaction,
+    prepare,
+    row_args,
+)
 from pgjobs.errors import (
     FlowConflict,
     FlowCycle,
@@ -232,6 +240,7 @@ class Flows:
             [ordinal[p] for (p, _), _ in edges],
             [ordinal[d] for (_, d), _ in edges],
             [policy.value for _, policy in edges],
+            own_transaction(connection),
             conn=connection,
         )
         ids = {node: row["id"] for node, row in zip(order, rows, strict=True)}

@@ -43,6 +43,10 @@ DEFAULT_LEASE_SECONDS = 30.0
 """A running job whose worker has not heartbeated for this long is rescued by another worker."""
 DEFAULT_POLL_SECONDS = 1.0
 """Safety-net poll when no notification arrives (notifications normally wake within ms)."""
+LISTEN_PROBE = "probe"
+"""What a worker sends itself on its hand-off channel once it listens: its arrival shows that
+notifications reach the worker (none do behind a transaction-mode pooler), which hand-offs
+need. Queue notifications cannot show it: they come only to a worker already waiting."""
 QUEUE_GAUGE_SECONDS = 15.0
 """With telemetry, how often a worker refreshes its queues' depth and lag gauges."""
 DEFAULT_SHUTDOWN_SECONDS = 30.0
@@ -262,6 +266,9 @@ class Worker:
         self._claimer.listening = lambda: notifier.connected
         self._completer.start()
         await notifier.start()
+        if notifier.connected:  # whether notifications reach us: a pooler may swallow them
+            with contextlib.suppress(*TRANSIENT_ERRORS):
+                await self._db.fetch("notify_queues", [LISTEN_PROBE], self._claimer.handoff_channel)
         self._leases.start()
         with contextlib.suppress(*TRANSIENT_ERRORS):
             await self._report_presence()
@@ -371,6 +378,9 @@ class Worker:
         started: withdrawing the registration gives such a job back."""
         if payload is None:
             self._claimer.wake.set()
+            return
+        if payload == LISTEN_PROBE:  # our own, sent at start: notifications reach us
+            self._claimer.notified = True
             return
         if self._paused or self._stopping.is_set():
             return

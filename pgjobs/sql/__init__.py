@@ -133,6 +133,8 @@ DEFINITION_FILES = (
     "attach_prerequisites.sql",
     "claim_jobs.sql",
     "hand_offs.sql",
+    "wake.sql",
+    "enqueue_job.sql",
     "finish_jobs.sql",
     "rescue_stalled_jobs.sql",
     "cancel_and_remove_jobs.sql",

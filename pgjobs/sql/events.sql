@@ -10,6 +10,14 @@ WITH ins AS (
 )
 SELECT pg_notify($5, queue) FROM ins;
 
+-- name: register_event_reader
+-- Reader $1 follows queues $2 for $3 seconds: writes of their events notify it (migration 0021,
+-- sql/schema/wake.sql).
+SELECT {schema}.register_event_reader($1::uuid, $2::text[], $3::float8);
+
+-- name: end_event_reader
+DELETE FROM {schema}.event_readers WHERE reader = $1::uuid;
+
 -- name: events_start
 -- Where a reader that wants only new events starts: the oldest running transaction, and the
 -- snapshot whose already-committed transactions it must skip.

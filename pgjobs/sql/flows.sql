@@ -12,7 +12,8 @@ RETURNING id, CASE WHEN $4::text IS NOT NULL THEN set_config('synchronous_commit
 -- conflict, so every row is written and no transaction is needed): the flow row ($22 name, $23
 -- metadata, $24 tenant), the nodes ($1-$19 as enqueue_many's arrays; $17, flow_id, is the new
 -- row's), and the edges between them by node ordinal ($25 prerequisite, $26 dependent, $27
--- policy). $20: the notification channel; $21: synchronous_commit, as for enqueue_one.
+-- policy). $20: the notification channel; $21: synchronous_commit, as for enqueue_one; $28:
+-- whether the statement is a transaction of its own, as for enqueue_many.
 WITH flow AS (
     INSERT INTO {schema}.flows (name, metadata, tenant) VALUES ($22, $23::text::jsonb, $24)
     RETURNING id, CASE WHEN $21::text IS NOT NULL
@@ -41,9 +42,11 @@ edges AS (
     JOIN src d ON d.ord = e.dependent
 ),
 notified AS (
-    SELECT pg_notify($20, q.queue) FROM (SELECT DISTINCT queue FROM src) q
+    SELECT {schema}.wake(array_agg(DISTINCT queue), (SELECT array_agg(queue) FROM added), $20,
+                         $28) AS queues
+    FROM src
 )
-SELECT (SELECT f.id FROM flow f) AS flow_id, src.id, (SELECT count(*) FROM notified) AS queues
+SELECT (SELECT f.id FROM flow f) AS flow_id, src.id, (SELECT queues FROM notified)
 FROM src ORDER BY src.ord;
 
 -- name: insert_edges
@@ -111,8 +114,11 @@ edges AS (
     INSERT INTO {schema}.job_edges (prerequisite_id, dependent_id, policy)
     SELECT p.new_id, d.new_id, e.policy
     FROM {schema}.job_edges e JOIN src p ON p.id = e.prerequisite_id JOIN src d ON d.id = e.dependent_id
+),
+notified AS (  -- in a transaction of several statements: every reader (sql/schema/wake.sql)
+    SELECT {schema}.wake('{}', array_agg(queue), NULL, false) AS readers FROM added
 )
-SELECT src.id AS old_id, src.new_id, src.queue FROM src;
+SELECT src.id AS old_id, src.new_id, src.queue, (SELECT readers FROM notified) FROM src;
 
 -- name: clone_flow_row
 -- The flow row of a rerun: same name and metadata when $1 had a row.

@@ -15,9 +15,10 @@ id, queue, name, job_key, tenant, pending_deps, run_at, priority, record_events
 
 -- fragment: added_events
 -- The 'added' events of the inserted jobs that record events (the statement's CTE `ins`
--- returns inserted_columns), with their notification: written by the inserting statement
--- itself (sql/schema/job_events.sql says why), as one row per queue and tenant holding its
--- jobs in id order (migration 0018); the rows in the order of their first job.
+-- returns inserted_columns): written by the inserting statement itself
+-- (sql/schema/job_events.sql says why), as one row per queue and tenant holding its jobs in id
+-- order (migration 0018); the rows in the order of their first job. Returns each row's queue,
+-- for the statement to notify the readers (sql/schema/wake.sql).
 added AS (
     INSERT INTO {schema}.job_events (queue, tenant, event, added)
     SELECT a.queue, a.tenant, 'added',
@@ -26,7 +27,7 @@ added AS (
     FROM ins a WHERE a.record_events
     GROUP BY a.queue, a.tenant
     ORDER BY min(a.id)
-    RETURNING pg_notify('{schema}_events', queue)
+    RETURNING queue
 )
 
 -- fragment: unnested_jobs
@@ -40,15 +41,3 @@ SELECT nextval('{schema}.jobs_id_seq') AS id, u.*
          WITH ORDINALITY AS u(queue, kind, name, payload, priority, run_at, delay, max_attempts,
                               max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
                               job_key, retention, flow_id, pending_deps, record_events, ord)
-
--- fragment: inserted_or_holder
--- enqueue_one's result: the job inserted (CTE `ins`), or else the job holding its job key
--- (any status) or its dedup key (in flight).
-SELECT id, false AS duplicate FROM ins
-UNION ALL
-(SELECT j.id, true FROM {schema}.jobs j
- WHERE NOT EXISTS (SELECT FROM ins) AND j.queue = $1 AND coalesce(j.tenant, '') = coalesce($13, '')
-   AND (j.job_key = $15::text
-        OR (j.dedup_key = $11::text AND j.status IN ('pending', 'running')))
- ORDER BY j.job_key = $15::text DESC NULLS LAST
- LIMIT 1);

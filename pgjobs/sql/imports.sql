@@ -33,8 +33,12 @@ ins AS (
     ON CONFLICT DO NOTHING
     RETURNING {fragment:inserted_columns}
 ),
-{fragment:added_events}
-SELECT src.ord, coalesce(ins.id, existing.id) AS id, ins.id IS NOT NULL AS inserted
+{fragment:added_events},
+notified AS (  -- in the caller's transaction: every reader (sql/schema/wake.sql)
+    SELECT {schema}.wake('{}', array_agg(queue), NULL, false) AS readers FROM added
+)
+SELECT src.ord, coalesce(ins.id, existing.id) AS id, ins.id IS NOT NULL AS inserted,
+       (SELECT readers FROM notified)
 FROM src
 LEFT JOIN ins ON ins.id = src.id
 LEFT JOIN LATERAL (

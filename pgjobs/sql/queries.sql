@@ -9,94 +9,22 @@ SELECT 1;
 
 -- name: enqueue_one
 -- Insert one job, or return the job that already holds its job key (any status) or its dedup
--- key (in flight). The NOTIFY goes out at commit. An empty result means the holder of a dedup
--- key finished between the conflict and the read: try again. $21: the synchronous_commit of
--- this transaction ('off' for Durability.ASYNC; NULL keeps the server's), set by the row it
--- writes (nothing written, nothing to flush). The job's 'added' event, when it records events,
--- is written by this statement (`added`; sql/schema/job_events.sql says why). Written in a
--- transaction of its own, a job may instead be handed to an idle worker: enqueue_one_handing.
-WITH ins AS (
-    INSERT INTO {schema}.jobs (queue, kind, name, payload, priority, run_at, max_attempts,
-                               max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
-                               job_key, retention, flow_id, pending_deps, record_events)
-    VALUES ($1, $2, $3, $4::text::jsonb, $5,
-            coalesce($6::timestamptz, now() + make_interval(secs => coalesce($7::float8, 0))),
-            $8, $9, $10::text::jsonb, $11, $12, $13, $14::text::jsonb, $15, $16::text::jsonb,
-            $17, $18, $19)
-    ON CONFLICT DO NOTHING
-    RETURNING {fragment:inserted_columns},
-              pg_notify($20, queue),
-              CASE WHEN $21::text IS NOT NULL THEN set_config('synchronous_commit', $21, true) END
-),
-{fragment:added_events}
-{fragment:inserted_or_holder}
-
--- name: enqueue_one_handing
--- enqueue_one, for a statement that is its own transaction, with a hand-off (two statements,
--- not one with a flag: a flag that prunes half the plan makes PostgreSQL plan every call
--- afresh, measured at half the throughput). A job that could start at once (due now, no
--- prerequisites, no job of its queue due at its priority or above, a queue without pause,
--- caps or rate limit, a payload that fits in a notification) and a worker
--- registered idle for its queue and kind (migration 0019): the job is written running, leased
--- to that worker as a claim would lease it, the worker's slot is taken and its token recorded,
--- and the row goes to that worker alone in a notification; its 'active' event follows its
--- 'added' one (all by hand_off, sql/schema/hand_offs.sql, called for a handed job only).
---
--- Concurrency (READ COMMITTED). The registration is found in the statement's snapshot, then
--- locked SKIP LOCKED and read again as of now by lock_idle_slot, so a slot taken by an enqueue
--- that committed in between is seen as taken: two enqueues never take one slot, and an enqueue
--- never waits (one that finds the registration locked just writes its job pending; only the
--- first registration found is tried). A claim withdrawing the registration waits for this
--- lock (withdraw_idle_worker). A pause, cap or job ahead that commits after may_hand_off read
--- the queue is the same race as a claim made just before it. A key conflict writes nothing
--- and takes no slot.
-WITH slot AS (
-    SELECT l.worker, l.lease, l.channel
-    FROM (SELECT w.worker FROM {schema}.idle_workers w
-          WHERE w.free > 0 AND w.expires_at > now()
-            AND $1::text = ANY(w.queues) AND $2::text = ANY(w.kinds)
-            AND $18::int = 0 AND coalesce($6::timestamptz, now()) <= now()
-            AND coalesce($7::float8, 0) <= 0
-            AND octet_length($4::text) + coalesce(octet_length($14::text), 0)
-                + coalesce(octet_length($3::text), 0) + coalesce(octet_length($15::text), 0)
-                + coalesce(octet_length($13::text), 0) < 4000
-            AND {schema}.may_hand_off($1::text, $5::int, w.worker)  -- per registration found
-          LIMIT 1) AS found
-    CROSS JOIN LATERAL {schema}.lock_idle_slot(found.worker) AS l
-),
-ins AS (
-    INSERT INTO {schema}.jobs (queue, kind, name, payload, priority, run_at, max_attempts,
-                               max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
-                               job_key, retention, flow_id, pending_deps, record_events,
-                               status, attempts, lock_token, heartbeat_at, locked_until,
-                               started_at)
-    SELECT $1, $2, $3, $4::text::jsonb, $5,
-           coalesce($6::timestamptz, now() + make_interval(secs => coalesce($7::float8, 0))),
-           $8, $9, $10::text::jsonb, $11, $12, $13, $14::text::jsonb, $15, $16::text::jsonb,
-           $17, $18, $19,
-           CASE WHEN s.worker IS NULL THEN 'pending' ELSE 'running' END,
-           CASE WHEN s.worker IS NULL THEN 0 ELSE 1 END,
-           CASE WHEN s.worker IS NOT NULL THEN gen_random_uuid() END,
-           CASE WHEN s.worker IS NOT NULL THEN now() END,
-           now() + make_interval(secs => s.lease),
-           CASE WHEN s.worker IS NOT NULL THEN now() END
-    FROM (SELECT) AS one LEFT JOIN slot s ON true
-    ON CONFLICT DO NOTHING
-    -- inserted_columns, but a handed job's events are written by hand_off, in order
-    RETURNING id, queue, name, job_key, tenant, pending_deps, run_at, priority,
-              record_events AND lock_token IS NULL AS record_events,
-              CASE WHEN lock_token IS NULL THEN pg_notify($20, queue)
-                   ELSE {schema}.hand_off(jobs, (SELECT worker FROM slot),
-                                          (SELECT channel FROM slot)) END,
-              CASE WHEN $21::text IS NOT NULL THEN set_config('synchronous_commit', $21, true) END
-),
-{fragment:added_events}
-{fragment:inserted_or_holder}
+-- key (in flight); an id of NULL means the holder of a dedup key finished between the
+-- conflict and the read: try again. $1-$19 as enqueue.py's row_args, $20 the queue channel,
+-- $21 this transaction's synchronous_commit, $22 whether the statement is a transaction of
+-- its own (a job that could start at once may then be handed to an idle worker, and the queue
+-- is notified only when a worker waits on it, its events' readers only when one follows it):
+-- sql/schema/enqueue_job.sql.
+SELECT id, duplicate
+FROM {schema}.enqueue_job($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+                          $17, $18, $19, $20, $21, $22);
 
 -- name: enqueue_many
 -- Insert many jobs in one statement. Returns one row per input (by ordinal) with the id it was
 -- given and whether it was written; rows not written hit a job key or an in-flight dedup key.
--- $21: synchronous_commit, and the 'added' events, as for enqueue_one.
+-- $21: synchronous_commit, and the 'added' events, as for enqueue_one; $22: whether the
+-- statement is a transaction of its own (its queues are then notified only where a worker
+-- or a reader waits, sql/schema/wake.sql).
 WITH src AS MATERIALIZED (
     {fragment:unnested_jobs}
 ),
@@ -115,9 +43,11 @@ ins AS (
 ),
 {fragment:added_events},
 notified AS (
-    SELECT pg_notify($20, q.queue) FROM (SELECT DISTINCT queue FROM src) q
+    SELECT {schema}.wake(array_agg(DISTINCT queue), (SELECT array_agg(queue) FROM added), $20,
+                         $22) AS queues
+    FROM src
 )
-SELECT src.ord, src.id, ins.id IS NOT NULL AS inserted, (SELECT count(*) FROM notified) AS queues
+SELECT src.ord, src.id, ins.id IS NOT NULL AS inserted, (SELECT queues FROM notified)
 FROM src LEFT JOIN ins ON ins.id = src.id
 ORDER BY src.ord;
 
@@ -127,7 +57,8 @@ ORDER BY src.ord;
 -- common bulk enqueue, with every other column bound once ($3-$15, enqueue_one's order without
 -- name, payload and the keys) instead of an array per column. One row back: the new ids in
 -- input order. $16: the notification channel; $17: synchronous_commit, and the 'added'
--- events, as for enqueue_one.
+-- events, as for enqueue_one; $18: whether the statement is a transaction of its own, as for
+-- enqueue_many.
 WITH src AS MATERIALIZED (
     SELECT nextval('{schema}.jobs_id_seq') AS id, n.name, p.payload, p.ord
     FROM jsonb_array_elements($2::text::jsonb) WITH ORDINALITY AS p(payload, ord)
@@ -146,7 +77,9 @@ ins AS (
               CASE WHEN $17::text IS NOT NULL THEN set_config('synchronous_commit', $17, true) END
 ),
 {fragment:added_events}
-SELECT array_agg(id ORDER BY ord) AS ids, pg_notify($16, $3) AS notified FROM src;
+SELECT array_agg(id ORDER BY ord) AS ids,
+       {schema}.wake(ARRAY[$3::text], (SELECT array_agg(queue) FROM added), $16, $18) AS notified
+FROM src;
 
 -- name: claim
 -- Take up to $3 due jobs of queues $1 and kinds $2 (plus up to $5 more to start later, from
@@ -185,50 +118,11 @@ FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
      LATERAL {schema}.withdraw_idle_worker($1::uuid, $2::uuid[]) AS c;
 
 -- name: idle_state
--- For a worker that claimed less than it asked: seconds (by the database clock) until it is
--- worth claiming again, and whether any job of its queues and kinds is still pending or running
--- (a running one may come back through retry or rescue; a dependent still waiting on its
--- prerequisites is not counted: it runs only once they move). Paused queues count as never due
--- (resume sends a notification); a rate-limited queue is due when its window opens; a queue at
--- its concurrency cap is due when a job of it finishes (finish_jobs notifies), re-checked at
--- the poll interval. With $3 (a worker id), also registers that worker's $4 free slots for
--- hand-offs (migration 0019) for $5 seconds, with a lease of $6 seconds and notification
--- channel $7; committed without waiting for the WAL flush (the table is unlogged anyway).
-WITH registered AS (
-    INSERT INTO {schema}.idle_workers (worker, queues, kinds, free, lease, channel, expires_at)
-    SELECT $3::uuid, $1::text[], $2::text[], $4::int, $6::float8, $7::text,
-           now() + make_interval(secs => $5::float8)
-    FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed
-    WHERE $3::uuid IS NOT NULL AND $4::int > 0
-    ON CONFLICT (worker) DO NOTHING  -- a registration its last claim failed to withdraw
-    RETURNING worker
-),
-settings AS (
-    SELECT q.queue, qs.paused, qs.limited_until, qs.concurrency, qs.group_concurrency,
-           CASE WHEN qs.rate_limit IS NOT NULL AND qs.window_start IS NOT NULL
-                     AND qs.window_count >= qs.rate_limit
-                     AND now() < qs.window_start + make_interval(secs => qs.rate_period)
-                THEN qs.window_start + make_interval(secs => qs.rate_period) END AS window_opens
-    FROM unnest($1::text[]) AS q(queue)
-    LEFT JOIN {schema}.queue_settings qs ON qs.queue = q.queue
-),
-due AS (
-    SELECT greatest(
-               (SELECT min(j.run_at) FROM {schema}.jobs j
-                WHERE j.status = 'pending' AND j.pending_deps = 0 AND j.queue = s.queue
-                  AND j.kind = ANY($2::text[])),
-               s.limited_until, s.window_opens) AS at,
-           s.concurrency IS NOT NULL OR s.group_concurrency IS NOT NULL AS capped
-    FROM settings s
-    WHERE NOT coalesce(s.paused, false)
-)
-SELECT
-    (SELECT extract(epoch FROM min(at) - now())::float8 FROM due) AS until_due,
-    (SELECT bool_or(capped) FROM due WHERE at <= now()) AS capped,
-    EXISTS (SELECT FROM {schema}.jobs
-            WHERE (status = 'running' OR (status = 'pending' AND pending_deps = 0))
-              AND queue = ANY($1::text[]) AND kind = ANY($2::text[])) AS busy,
-    EXISTS (SELECT FROM registered) AS registered;
+-- For a worker that claimed less than it asked: when to look again, and with $3 (a worker
+-- id) its registration as waiting (sql/schema/wake.sql, idle_state).
+SELECT until_due, capped, busy, registered
+FROM {schema}.idle_state($1::text[], $2::text[], $3::uuid, $4::int, $5::float8, $6::float8,
+                         $7::text);
 
 -- name: finish
 -- Write outcomes fenced by lock token; resolve flow dependents; returns the ids written. $10:

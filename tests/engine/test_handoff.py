@@ -1,5 +1,5 @@
 """Hand-offs: an enqueue writes a job that could start at once already leased to a worker
-registered idle, and notifies that worker alone (queries.sql, enqueue_one_handing; claimer.py).
+registered idle, and notifies that worker alone (sql/schema/enqueue_job.sql; claimer.py).
 
 The races are decided by the registration's row lock: two enqueues never take one slot, a
 claim that withdraws the registration waits for an enqueue holding it and then sees its job,
@@ -68,13 +68,13 @@ async def _registration(jobs: JobQueue, worker: uuid.UUID) -> Any:
 
 
 def _enqueue_statement(jobs: JobQueue, n: int, **options: Any) -> Any:
-    """enqueue_one_handing, on a connection the test drives (in its own
-    transaction, as JobQueue.enqueue runs it)."""
+    """enqueue_one as JobQueue.enqueue runs it in a transaction of its own, on a connection
+    the test drives (whose transaction the test holds open until it commits)."""
     job = prepare(JobSpec("x", {"n": n}, **options), jobs.registry)
 
     async def run(conn: Any) -> Any:
         return await jobs.db.fetchrow(
-            "enqueue_one_handing", *row_args(job), notify_channel(jobs.schema), None, conn=conn
+            "enqueue_one", *row_args(job), notify_channel(jobs.schema), None, True, conn=conn
         )
 
     return run
@@ -193,22 +193,17 @@ async def test_two_enqueues_never_take_one_slot(jobs: JobQueue, pool: asyncpg.Po
 
 
 @pytest.mark.usefixtures("kinds")
-async def test_a_slot_taken_after_the_statement_began_is_not_taken_again(
-    jobs: JobQueue, pool: asyncpg.Pool
-) -> None:
-    """enqueue_one_handing finds a registration in its statement's snapshot and locks it with
-    lock_idle_slot, which reads it again as of now: what a statement whose snapshot predates
-    the other enqueue's commit would do next. Locked elsewhere or full, it is not taken."""
+async def test_a_slot_taken_is_not_taken_again(jobs: JobQueue) -> None:
+    """The slot is read again, locked, as of now (a statement after the one that found the
+    registration): once an enqueue has taken it and committed, the next one finds it full."""
     worker = await _register(jobs, free=1)
-
-    async def lock(conn: Any) -> list[Any]:
-        return list(await conn.fetch(f"SELECT * FROM {jobs.schema}.lock_idle_slot($1)", worker))
-
-    held, skipped, waited = await overlap(pool, lock, lock)
-    assert [r["worker"] for r in held] == [worker] and skipped == [] and not waited
-    await jobs.enqueue("x", {"n": 1})  # takes the only slot
-    async with pool.acquire() as conn, conn.transaction():
-        assert await lock(conn) == []  # free is 0 as of now, whatever an older snapshot saw
+    first = await jobs.enqueue("x", {"n": 1})
+    second = await jobs.enqueue("x", {"n": 2})
+    assert (await _row(jobs, first.id))["status"] == "running"
+    assert (await _row(jobs, second.id))["status"] == "pending"
+    registration = await _registration(jobs, worker)
+    assert registration["free"] == 0
+    assert registration["handed"] == [(await _row(jobs, first.id))["lock_token"]]
 
 
 @pytest.mark.usefixtures("kinds")

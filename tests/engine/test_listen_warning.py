@@ -53,9 +53,14 @@ async def _warnings_after(
     jobs: JobQueue, caplog: pytest.LogCaptureFixture, *, announce: bool
 ) -> list[str]:
     """Run a polling worker through five unannounced jobs (after one announced job, with
-    ``announce``); the LISTEN warnings it logged."""
+    ``announce``; without, its LISTEN hears nothing, as behind a pooler: neither the probe it
+    sends itself at start nor any queue notification reaches it); the LISTEN warnings it
+    logged."""
     caplog.set_level(logging.WARNING, logger="pgjobs.worker")
     worker = jobs.worker(queues=["quiet"], poll_interval=0.05)
+    if not announce:
+        worker._on_notify = lambda payload: None  # type: ignore[method-assign]
+        worker._on_handoff = lambda payload: None  # type: ignore[method-assign]
     running = asyncio.create_task(worker.run())
     await eventually(lambda: _listening(jobs))
     if announce:  # an ordinary enqueue: its notification shows that LISTEN works

@@ -1,24 +1,4 @@
--- may_hand_off: whether a job of queue p_queue at priority p_priority, due now, may start at
--- once without a claim: the queue has no pause, cap or rate limit in effect, and no job of it
--- is due at that priority or above (the job would jump the queue). A function of the
--- registration found (p_worker, unused but for that), so that the planner cannot make it a
--- one-time filter run before the scan: an enqueue then reads queue_settings and the queue
--- only when there is an idle worker, and otherwise takes no more relation locks than before
--- hand-offs (run at every enqueue, the reads cost concurrent enqueues about 20%, measured:
--- they took each statement past PostgreSQL's 16 fast-path relation locks per backend).
-CREATE OR REPLACE FUNCTION {schema}.may_hand_off(p_queue text, p_priority int, p_worker uuid)
-RETURNS boolean LANGUAGE plpgsql STABLE AS $fn$
-BEGIN
-    RETURN NOT EXISTS (SELECT FROM {schema}.queue_settings qs
-                       WHERE qs.queue = p_queue
-                         AND (qs.paused OR qs.limited_until > now()
-                              OR qs.concurrency IS NOT NULL OR qs.group_concurrency IS NOT NULL
-                              OR qs.rate_limit IS NOT NULL))
-       AND NOT EXISTS (SELECT FROM {schema}.jobs a
-                       WHERE a.queue = p_queue AND a.status = 'pending' AND a.pending_deps = 0
-                         AND a.priority >= p_priority AND a.run_at <= now());
-END
-$fn$;
+DROP FUNCTION IF EXISTS {schema}.may_hand_off(text, int, uuid);
 
 -- withdraw_idle_worker: end worker p_worker's registration (migration 0019) and return the
 -- jobs handed to it since it registered that it has not seen (p_seen: the lock tokens its
@@ -67,26 +47,12 @@ BEGIN
 END
 $fn$;
 
--- lock_idle_slot: lock worker p_worker's registration for a hand-off, if no other enqueue holds
--- it (SKIP LOCKED: never waits) and, read as of now, it still has a free slot and has not
--- expired. A function, so that the statement that calls it carries no row lock of its own:
--- a FOR UPDATE in enqueue_one_handing itself cost concurrent enqueues about 10% even with no
--- registration to lock (measured).
-CREATE OR REPLACE FUNCTION {schema}.lock_idle_slot(p_worker uuid)
-RETURNS TABLE (worker uuid, lease float8, channel text) LANGUAGE plpgsql AS $fn$
-BEGIN
-    RETURN QUERY
-    SELECT w.worker, w.lease, w.channel FROM {schema}.idle_workers w
-    WHERE w.worker = p_worker AND w.free > 0 AND w.expires_at > now()
-    FOR UPDATE SKIP LOCKED;
-END
-$fn$;
+DROP FUNCTION IF EXISTS {schema}.lock_idle_slot(uuid);
 
--- hand_off: the bookkeeping of a job that enqueue_one has just written leased to worker
--- p_worker (its registration row is locked by that statement): the slot is taken and the
--- token recorded, the job's 'added' and 'active' events are written in that order when it
--- records events, and the row goes to the worker's channel. Called from the statement's
--- RETURNING for a handed job only, so that an enqueue with no idle worker pays nothing.
+-- hand_off: the bookkeeping of a job that enqueue_job has just written leased to worker
+-- p_worker (whose registration row it has locked): the slot is taken and the token recorded,
+-- the job's 'added' and 'active' events are written in that order when it records events, and
+-- the row goes to the worker's channel.
 CREATE OR REPLACE FUNCTION {schema}.hand_off(p_job {schema}.jobs, p_worker uuid, p_channel text)
 RETURNS void LANGUAGE plpgsql AS $fn$
 BEGIN
@@ -101,7 +67,12 @@ BEGIN
                           p_job.priority)::{schema}.added_job]),
                (p_job.queue, p_job.id, p_job.job_key, p_job.tenant, 'active', 'pending',
                 jsonb_build_object('attempt', p_job.attempts), NULL);
-        PERFORM pg_notify('{schema}_events', p_job.queue);
+        -- wake.sql's wake for its readers, written out (the hand-off is its own transaction)
+        PERFORM pg_advisory_xact_lock_shared(hashtext('{schema}.wake'), hashtext(p_job.queue));
+        IF EXISTS (SELECT FROM {schema}.event_readers r
+                   WHERE p_job.queue = ANY(r.queues) AND r.expires_at > now()) THEN
+            PERFORM pg_notify('{schema}_events', p_job.queue);
+        END IF;
     END IF;
     PERFORM pg_notify(p_channel, json_build_object(
         'id', p_job.id, 'queue', p_job.queue, 'kind', p_job.kind, 'name', p_job.name,
