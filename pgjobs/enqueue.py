@@ -244,6 +244,7 @@ class PreparedBatch:
 
     template: PreparedJob
     names: list[str]
+    """The name of each job, in order; or one name, every job's."""
     payloads: str
     """One JSON array text: the payload of each job, in order."""
 
@@ -280,9 +281,14 @@ def prepare_batch(
     _check_names(names, typed)
     if not typed:
         return []
-    checked = [kind.name] * len(typed) if names is None else _names(names)
+    checked = [kind.name] if names is None else _names(names)
     template = prepare(JobSpec(kind, typed[0], name=checked[0], **options), registry)
-    return PreparedBatch(template, checked, payloads)
+    return PreparedBatch(template, _one_if_same(checked), payloads)
+
+
+def _one_if_same(names: list[str]) -> list[str]:
+    """A batch's names as enqueue_uniform takes them: one, when every job has it."""
+    return names[:1] if names.count(names[0]) == len(names) else names
 
 
 def _check_names(names: list[str] | None, inputs: list[Any]) -> None:
@@ -482,7 +488,9 @@ async def insert_many(
         ]
     if len(jobs) > 1 and _uniform(jobs):
         batch = PreparedBatch(
-            jobs[0], [job.name for job in jobs], "[" + ",".join(job.payload for job in jobs) + "]"
+            jobs[0],
+            _one_if_same([job.name for job in jobs]),
+            "[" + ",".join(job.payload for job in jobs) + "]",
         )
         return await insert_batch(db, batch, conn, commit)
     first_of_key: dict[tuple[str, tuple[str, str, str]], int] = {}

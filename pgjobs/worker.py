@@ -203,6 +203,7 @@ class Worker:
         self._finished = asyncio.Event()
         self._finished.set()  # not running
         self._paused = False
+        self._until_drained = False
         self._running: dict[int, tuple[JobContext, asyncio.Task[None]]] = {}
         self._ahead: deque[tuple[JobContext, ClaimedRow]] = deque()  # claimed, not started
         self._tasks: set[asyncio.Task[None]] = set()
@@ -262,6 +263,7 @@ class Worker:
                 self._claimer.handoff_channel: self._on_handoff,
             },
         )
+        self._until_drained = until_drained
         self._claimer.hand_offs = not until_drained
         self._claimer.listening = lambda: notifier.connected
         self._completer.start()
@@ -480,9 +482,10 @@ class Worker:
 
     def _job_done(self, task: asyncio.Task[None]) -> None:
         """A job's task ended (its outcome written). Once every task has, an until-drained run
-        must look again at once: its last look saw these jobs still running."""
+        must look again at once: its last look saw these jobs still running. Any other run
+        looked when the handler returned (its slot was free then), and needs no second look."""
         self._tasks.discard(task)
-        if not self._tasks:
+        if not self._tasks and self._until_drained:
             self._claimer.wake.set()
 
     def _emit(self, event: WorkerEvent, ctx: JobContext, detail: dict[str, Any]) -> None:

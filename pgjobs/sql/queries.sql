@@ -52,17 +52,20 @@ FROM src LEFT JOIN ins ON ins.id = src.id
 ORDER BY src.ord;
 
 -- name: enqueue_uniform
--- Insert many jobs that differ only by name ($1) and payload ($2, one JSON array: the payload
--- of each job, parsed once) and hold no job key, dedup key or flow, so none can conflict: the
--- common bulk enqueue, with every other column bound once ($3-$15, enqueue_one's order without
--- name, payload and the keys) instead of an array per column. One row back: the new ids in
--- input order. $16: the notification channel; $17: synchronous_commit, and the 'added'
--- events, as for enqueue_one; $18: whether the statement is a transaction of its own, as for
--- enqueue_many.
+-- Insert many jobs that differ only by name ($1: one per job, or one for them all) and payload
+-- ($2, one JSON array: the payload of each job, parsed once) and hold no job key, dedup key or
+-- flow, so none can conflict: the common bulk enqueue, with every other column bound once
+-- ($3-$15, enqueue_one's order without name, payload and the keys) instead of an array per
+-- column. One row back: the new ids in input order. $16: the notification channel; $17:
+-- synchronous_commit, and the 'added' events, as for enqueue_one; $18: whether the statement
+-- is a transaction of its own, as for enqueue_many.
 WITH src AS MATERIALIZED (
-    SELECT nextval('{schema}.jobs_id_seq') AS id, n.name, p.payload, p.ord
+    SELECT nextval('{schema}.jobs_id_seq') AS id,
+           CASE WHEN cardinality($1::text[]) = 1 THEN ($1::text[])[1] ELSE n.name END AS name,
+           p.payload, p.ord
     FROM jsonb_array_elements($2::text::jsonb) WITH ORDINALITY AS p(payload, ord)
-    JOIN unnest($1::text[]) WITH ORDINALITY AS n(name, ord) ON n.ord = p.ord
+    LEFT JOIN unnest($1::text[]) WITH ORDINALITY AS n(name, ord)
+           ON cardinality($1::text[]) > 1 AND n.ord = p.ord  -- one name: no join at all
     ORDER BY p.ord  -- nextval runs after the sort: ids in input order
 ),
 ins AS (
