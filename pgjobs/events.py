@@ -88,10 +88,13 @@ class EventStream:
         self._notifier = Notifier(db, {events_channel(db.schema): self._on_notify})
         self._reader = uuid.uuid4()
         self._renewing: asyncio.Task[None] | None = None
+        self._reconnected = asyncio.Event()
         self._started = False
         self._closed = False
 
     def _on_notify(self, queue: str | None) -> None:
+        if queue is None:  # the LISTEN came back: the server may have lost the registration
+            self._reconnected.set()
         if queue is None or queue in self._queues:
             self._announced = True
             self._wake.set()
@@ -142,10 +145,14 @@ class EventStream:
         )
 
     async def _renew(self) -> None:
-        """Renew the registration while the stream is open. One that lapses (the database
-        was out of reach) only costs latency: events are read by polling meanwhile."""
+        """Renew the registration while the stream is open, and at once when the LISTEN
+        connection comes back (a server restart empties the unlogged table). One that lapses
+        (the database was out of reach) only costs latency: events are read by polling
+        meanwhile."""
         while True:
-            await asyncio.sleep(READER_TTL_SECONDS / 3)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._reconnected.wait(), READER_TTL_SECONDS / 3)
+            self._reconnected.clear()
             try:
                 await self._register()
             except TRANSIENT_ERRORS as exc:

@@ -13,6 +13,7 @@ import time
 import asyncpg
 import pytest
 
+import pgjobs.events
 from pgjobs import JobContext, JobQueue, JobSpec, Registry
 from tests.helpers import eventually
 from tests.reliability.figures import Figure, record, seconds
@@ -106,6 +107,67 @@ async def test_server_restarts_lose_nothing_and_workers_resume(
             recovery="first completion after the server is back: " + seconds(recoveries),
         )
     )
+
+
+async def test_after_a_server_crash_waiting_workers_and_event_streams_are_woken_again(
+    private_server: PrivateServer,
+    private_jobs: JobQueue,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A crash empties the unlogged registrations (idle_workers, event_readers), and writes
+    notify only the queues someone is registered on. A waiting worker and an open event
+    stream register again once their LISTEN is back, so the first job written after the
+    crash wakes them both: the worker polls only every 10 minutes here, the stream renews its
+    registration only every 20 minutes, and the write's notification on the events channel is
+    seen by a connection listening beside them."""
+    jobs = private_jobs
+    monkeypatch.setattr(pgjobs.events, "IDLE_POLL_SECONDS", 600.0)
+    monkeypatch.setattr(pgjobs.events, "READER_TTL_SECONDS", 3600.0)
+    started: asyncio.Queue[int] = asyncio.Queue()
+
+    @jobs.registry.kind("ping", input=dict[str, int])
+    async def ping(ctx: JobContext, data: dict[str, int]) -> None:
+        started.put_nowait(data["n"])
+
+    worker = jobs.worker(poll_interval=600)
+    task = worker.start()
+    stream = jobs.events(["default"])
+    await stream.start()
+    registered = (
+        "SELECT (SELECT count(*) FROM faults.idle_workers)"
+        " + (SELECT count(*) FROM faults.event_readers)"
+    )
+    try:
+        await eventually(lambda: _count(private_server.dsn, registered + " = 2"), timeout=20)
+        await asyncio.to_thread(private_server.restart, "immediate")
+        await eventually(
+            lambda: _count(private_server.dsn, registered + " = 2"), timeout=60, interval=0.05
+        )
+        heard: list[str] = []
+        sentinel = asyncio.Event()
+        listener = await asyncpg.connect(private_server.dsn)
+
+        def on_event(_c: object, _p: int, _channel: str, payload: str) -> None:
+            if payload == "sentinel":
+                sentinel.set()
+            else:
+                heard.append(payload)
+
+        try:
+            await listener.add_listener("faults_events", on_event)
+            await jobs.enqueue("ping", {"n": 1}, events=True)
+            await listener.execute("NOTIFY faults_events, 'sentinel'")
+            await asyncio.wait_for(sentinel.wait(), 20)
+        finally:
+            await listener.close()
+        assert heard == ["default"]  # the stream's registration was back: the write woke it
+        assert await asyncio.wait_for(started.get(), 30) == 1  # and the worker, by notification
+        event = await asyncio.wait_for(anext(stream), 30)
+        assert event.event == "added" and event.data["name"] == "ping"
+    finally:
+        await stream.close()
+        await worker.stop()
+        await task
 
 
 async def test_a_dropped_listen_connection_comes_back_and_wakes_the_worker(
