@@ -42,26 +42,39 @@ $fn$;
 -- wake: notify channel p_channel of each of p_queues (jobs made claimable there) on which a
 -- worker waits, and the event channel of each of p_event_queues (events written there) that
 -- a reader follows; every one of them when p_own is false (the writes are part of a caller's
--- transaction). Returns how many notifications it sent.
+-- transaction). Returns how many notifications it sent. Written for the usual case of one
+-- queue: a lock taken as a plain expression and one look per queue (a flow's statement spent
+-- a quarter of its time in a version with a query per step).
 CREATE OR REPLACE FUNCTION {schema}.wake(
     p_queues text[], p_event_queues text[], p_channel text, p_own bool
 ) RETURNS int LANGUAGE plpgsql AS $fn$
 DECLARE
-    sent int;
+    queues text[] := p_queues || p_event_queues;
+    q      text;
+    sent   int := 0;
 BEGIN
-    IF p_own THEN
-        PERFORM {schema}.lock_queues_for_waking(p_queues || p_event_queues, false);
+    IF p_own AND cardinality(queues) > 0 THEN
+        IF queues <@ queues[1:1] THEN  -- one queue
+            PERFORM pg_advisory_xact_lock_shared(hashtext('{schema}.wake'), hashtext(queues[1]));
+        ELSE
+            PERFORM {schema}.lock_queues_for_waking(queues, false);
+        END IF;
     END IF;
-    -- a statement after the lock: it sees every registration committed before it
-    SELECT count(pg_notify(n.channel, n.queue)) INTO sent FROM (
-        SELECT p_channel AS channel, q AS queue FROM unnest(p_queues) AS q
-        WHERE NOT p_own OR EXISTS (SELECT FROM {schema}.idle_workers w
-                                   WHERE q = ANY(w.queues) AND w.expires_at > now())
-        UNION
-        SELECT '{schema}_events', q FROM unnest(p_event_queues) AS q
-        WHERE NOT p_own OR EXISTS (SELECT FROM {schema}.event_readers r
-                                   WHERE q = ANY(r.queues) AND r.expires_at > now())
-    ) AS n;
+    -- looks after the lock: each sees every registration committed before it
+    FOREACH q IN ARRAY coalesce(p_queues, '{}') LOOP
+        IF NOT p_own OR EXISTS (SELECT FROM {schema}.idle_workers w
+                                WHERE q = ANY(w.queues) AND w.expires_at > now()) THEN
+            PERFORM pg_notify(p_channel, q);
+            sent := sent + 1;
+        END IF;
+    END LOOP;
+    FOREACH q IN ARRAY coalesce(p_event_queues, '{}') LOOP
+        IF NOT p_own OR EXISTS (SELECT FROM {schema}.event_readers r
+                                WHERE q = ANY(r.queues) AND r.expires_at > now()) THEN
+            PERFORM pg_notify('{schema}_events', q);
+            sent := sent + 1;
+        END IF;
+    END LOOP;
     RETURN sent;
 END
 $fn$;
