@@ -252,19 +252,20 @@ class RawFloor:
     async def enqueue_single(self, n: int) -> float:
         await self._reset()
         start = time.perf_counter()
-        for i in range(n):
-            await self.pool.fetchval(self.insert, "bench", f'{{"i": {i}}}')
+        await self._producer(n)
         return n / (time.perf_counter() - start)
+
+    async def _producer(self, count: int) -> None:
+        """``count`` one-row INSERTs on one connection: asyncpg's pool would add a reset
+        query (a second round trip) to each, which a floor must not pay."""
+        async with self.pool.acquire() as conn:
+            for i in range(count):
+                await conn.fetchval(self.insert, "bench", f'{{"i": {i}}}')
 
     async def enqueue_concurrent(self, n: int, tasks: int) -> float:
         await self._reset()
-
-        async def producer(count: int) -> None:
-            for i in range(count):
-                await self.pool.fetchval(self.insert, "bench", f'{{"i": {i}}}')
-
         start = time.perf_counter()
-        await asyncio.gather(*(producer(n // tasks) for _ in range(tasks)))
+        await asyncio.gather(*(self._producer(n // tasks) for _ in range(tasks)))
         return n / (time.perf_counter() - start)
 
     async def _bulk(self, start_i: int, batch: int) -> None:
@@ -312,6 +313,53 @@ class RawFloor:
 
     async def flow_process(self, flows: int, children: int) -> float:
         return float("nan")
+
+
+class RawFloorAsync(RawFloor):
+    """The raw floor's enqueues on sessions that commit without waiting for the WAL flush
+    (synchronous_commit off, the async systems' durability): what a one-row INSERT costs a
+    PostgreSQL queue at that level. Only the enqueue workloads."""
+
+    name = "raw floor, async"
+
+    async def setup(self, dsn: str) -> None:
+        await super().setup(dsn)
+        await self.pool.close()
+        self.pool = await asyncpg.create_pool(
+            dsn, min_size=4, max_size=20, server_settings={"synchronous_commit": "off"}
+        )
+
+    async def process(self, n: int, concurrency: int) -> float:
+        return float("nan")
+
+    async def storage(self) -> tuple[float, float]:
+        return (float("nan"), float("nan"))
+
+
+class RawCopyFloor(RawFloor):
+    """The raw floor's bulk written with COPY (asyncpg's binary copy_records_to_table) instead
+    of INSERT ... SELECT: the floor the bulk workload is measured against. Only bulk."""
+
+    name = "raw COPY floor"
+
+    async def _bulk(self, start_i: int, batch: int) -> None:
+        await self.pool.copy_records_to_table(
+            self.table,
+            records=[("bench", f'{{"i": {i}}}') for i in range(start_i, start_i + batch)],
+            columns=["queue", "payload"],
+        )
+
+    async def enqueue_single(self, n: int) -> float:
+        return float("nan")
+
+    async def enqueue_concurrent(self, n: int, tasks: int) -> float:
+        return float("nan")
+
+    async def process(self, n: int, concurrency: int) -> float:
+        return float("nan")
+
+    async def storage(self) -> tuple[float, float]:
+        return (float("nan"), float("nan"))
 
 
 REDIS_URL = "redis://127.0.0.1:6379/14"
@@ -705,4 +753,6 @@ SYSTEMS: dict[str, type[Any]] = {
     "bullmq-pg": BullMQPostgres,
     "pgqueuer": PgQueuer,
     "floor": RawFloor,
+    "floor-async": RawFloorAsync,
+    "floor-copy": RawCopyFloor,
 }
