@@ -7,9 +7,12 @@ import os
 import signal
 import subprocess
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
+
+from pgjobs.claimer import Claimer
 
 T = TypeVar("T")
 
@@ -86,3 +89,24 @@ def stop(process: subprocess.Popen[str], *, twice: bool = False) -> str:
         process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
     return str(err)
+
+
+def listening_claimer(
+    jobs: Any, *, worker: uuid.UUID | None = None, hand_offs: bool = False, poll: float = 60.0
+) -> Claimer:
+    """The claimer of a worker of queue "default" and kind "x" with one slot, whose LISTEN is
+    up as far as it knows (so it registers when it looks idle); with ``hand_offs``, one that
+    takes hand-offs (a notification has reached it)."""
+    claimer = Claimer(
+        jobs.db,
+        ["default"],
+        ["x"],
+        lease=30.0,
+        claim_ahead=0,
+        slots=1,
+        poll_interval=poll,
+        worker_id=worker or uuid.uuid4(),
+    )
+    claimer.listening = lambda: True
+    claimer.hand_offs = claimer.notified = hand_offs
+    return claimer

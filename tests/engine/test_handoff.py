@@ -18,11 +18,10 @@ import pydantic
 import pytest
 
 from pgjobs import JobContext, JobQueue, JobSpec, Registry, Status
-from pgjobs.claimer import Claimer
 from pgjobs.config import notify_channel
 from pgjobs.enqueue import prepare, row_args
 from pgjobs.worker import Worker
-from tests.helpers import eventually, expire_lease
+from tests.helpers import eventually, expire_lease, listening_claimer
 from tests.interleave import overlap
 
 
@@ -98,23 +97,6 @@ async def _row(jobs: JobQueue, job_id: int) -> Any:
         f" FROM {jobs.schema}.jobs WHERE id = $1",
         job_id,
     )
-
-
-def _claimer(jobs: JobQueue, worker: uuid.UUID) -> Claimer:
-    claimer = Claimer(
-        jobs.db,
-        ["default"],
-        ["x"],
-        lease=30.0,
-        claim_ahead=0,
-        slots=1,
-        poll_interval=1.0,
-        worker_id=worker,
-    )
-    claimer.hand_offs = True
-    claimer.notified = True
-    claimer.listening = lambda: True
-    return claimer
 
 
 async def _started_idle(jobs: JobQueue, **options: Any) -> Worker:
@@ -290,7 +272,7 @@ async def test_a_missed_notification_comes_with_the_next_claim_and_only_once(
     jobs: JobQueue,
 ) -> None:
     worker = uuid.uuid4()
-    claimer = _claimer(jobs, worker)
+    claimer = listening_claimer(jobs, worker=worker, hand_offs=True)
     await claimer.idle_state(1)  # registers one slot
     result = await jobs.enqueue("x", {"n": 1})
     token = (await _row(jobs, result.id))["lock_token"]
@@ -303,7 +285,7 @@ async def test_a_missed_notification_comes_with_the_next_claim_and_only_once(
 
 @pytest.mark.usefixtures("kinds")
 async def test_a_seen_hand_off_is_not_collected_again(jobs: JobQueue) -> None:
-    claimer = _claimer(jobs, uuid.uuid4())
+    claimer = listening_claimer(jobs, hand_offs=True)
     await claimer.idle_state(1)
     result = await jobs.enqueue("x", {"n": 1})
     token = (await _row(jobs, result.id))["lock_token"]

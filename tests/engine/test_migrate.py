@@ -37,6 +37,7 @@ RELEASED = {
     18: "ddc603e6d88d4b1a",  # batched_added_events
     19: "9746e53d31f57a45",  # idle_workers
     20: "57360fb6908c5029",  # in_flight_by_partial_indexes
+    21: "e8cc7db2022b10c9",  # event_readers
 }
 """sha256 prefix of each migration that has reached main. A database migrated by an earlier
 release has recorded these versions and never runs them again, so an edit to one would never

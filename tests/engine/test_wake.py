@@ -21,10 +21,9 @@ import pydantic
 import pytest
 
 from pgjobs import JobContext, JobQueue, JobSpec, Registry, Status
-from pgjobs.claimer import Claimer
 from pgjobs.config import events_channel, notify_channel
 from pgjobs.enqueue import prepare, row_args
-from tests.helpers import eventually
+from tests.helpers import eventually, listening_claimer
 from tests.interleave import overlap
 
 SENTINEL = "sentinel"
@@ -95,22 +94,6 @@ def _events_heard(jobs: JobQueue, queue: str = "default") -> tuple[str, str]:
     return (events_channel(jobs.schema), queue)
 
 
-def _claimer(jobs: JobQueue) -> Claimer:
-    """A claimer of a worker that listens (as far as it knows), for queue "default"."""
-    claimer = Claimer(
-        jobs.db,
-        ["default"],
-        ["x"],
-        lease=30.0,
-        claim_ahead=0,
-        slots=1,
-        poll_interval=60.0,
-        worker_id=uuid.uuid4(),
-    )
-    claimer.listening = lambda: True
-    return claimer
-
-
 def _enqueue_statement(jobs: JobQueue, n: int, *, events: bool = False) -> Any:
     """enqueue_one as JobQueue.enqueue runs it in a transaction of its own, on a connection
     whose transaction the test holds open until it commits."""
@@ -153,7 +136,7 @@ async def test_an_enqueue_notifies_its_queue_only_while_a_worker_waits(
     await jobs.enqueue("x", {"n": 1})
     await jobs.enqueue_batch("x", [{"n": 2}, {"n": 3}])
     assert await listener.settle() == []  # nobody waits: no notification
-    claimer = _claimer(jobs)
+    claimer = listening_claimer(jobs)
     state = await claimer.idle_state(1)  # registers as waiting (no hand-offs: not notified)
     assert state.until_due is not None and state.until_due <= 0  # the three jobs are there
     await jobs.enqueue("x", {"n": 4})
@@ -169,8 +152,7 @@ async def test_an_enqueue_notifies_its_queue_only_while_a_worker_waits(
 async def test_a_registration_that_ran_out_is_not_waited_on(
     jobs: JobQueue, listener: Listener
 ) -> None:
-    claimer = _claimer(jobs)
-    claimer.poll_interval = 0.0  # its registration expires as it is made
+    claimer = listening_claimer(jobs, poll=0.0)  # its registration expires as it is made
     await claimer.idle_state(1)
     await jobs.enqueue("x", {"n": 1})
     assert await listener.settle() == []
