@@ -11,9 +11,9 @@
 -- claim withdraws the registration; an event stream registers in event_readers while it is
 -- open (register_event_reader).
 --
--- The race, closed by an advisory lock per queue (lock_queues_for_waking): such a writer holds it shared
--- from its look at the registrations to its commit, and whoever registers takes it exclusive
--- first. A writer that locked first has committed by the time the registered one looks for
+-- The race, closed by an advisory lock per queue (lock_queues_for_waking): such a writer holds
+-- it shared from its look at the registrations to its commit, and whoever registers takes it
+-- exclusive first. A writer that locked first has committed by the time the registered one looks for
 -- what is there (a later statement, so a fresh snapshot: a worker's look for due jobs is in
 -- its registering transaction, a reader's first read after it), and finds the writer's rows; a
 -- writer that locks after the registration committed sees it (its look is a statement after
@@ -43,8 +43,8 @@ $fn$;
 -- worker waits, and the event channel of each of p_event_queues (events written there) that
 -- a reader follows; every one of them when p_own is false (the writes are part of a caller's
 -- transaction). Returns how many notifications it sent. Written for the usual case of one
--- queue: a lock taken as a plain expression and one look per queue (a flow's statement spent
--- a quarter of its time in a version with a query per step).
+-- queue: a lock taken as a plain expression and one look per queue (a first version, with a
+-- query per step, cost six times the server time: 101 against 17 µs above a bare SELECT).
 CREATE OR REPLACE FUNCTION {schema}.wake(
     p_queues text[], p_event_queues text[], p_channel text, p_own bool
 ) RETURNS int LANGUAGE plpgsql AS $fn$
