@@ -5,7 +5,7 @@ free, takes what was claimed, and gives back what it claimed ahead when it pause
 from LISTEN (the worker sets ``wake``) with a slow poll as the safety net.
 
 Waiting: a claimer about to wait registers (idle_state), and only then do writes of jobs for
-its queues notify them (sql/schema/wake_workers.sql); its look for due jobs comes after the
+its queues notify them (sql/schema/wake.sql); its look for due jobs comes after the
 registration, so a job written just before is found by the look instead.
 
 Hand-offs: the registration offers the free slots; an enqueue may then write a job already

@@ -118,12 +118,14 @@ def _registration_statement(jobs: JobQueue) -> Any:
     return run
 
 
-def _reader_statement(jobs: JobQueue) -> Any:
-    """register_event_reader of a reader of "default"."""
+def _reader_statement(
+    jobs: JobQueue, reader: uuid.UUID | None = None, queue: str = "default"
+) -> Any:
+    """register_event_reader of a reader (a new one unless given) of ``queue``."""
 
     async def run(conn: Any) -> Any:
         return await jobs.db.fetch(
-            "register_event_reader", uuid.uuid4(), ["default"], 60.0, conn=conn
+            "register_event_reader", reader or uuid.uuid4(), [queue], 60.0, conn=conn
         )
 
     return run
@@ -233,6 +235,30 @@ async def test_an_event_written_after_a_reader_registration_in_flight_notifies_i
     )
     assert waited
     assert await listener.settle() == [_events_heard(jobs)]
+
+
+@pytest.mark.parametrize("renewal_first", [True, False])
+async def test_a_lapsed_reader_renewing_as_another_clears_lapsed_ones_stays_registered(
+    jobs: JobQueue, pool: asyncpg.Pool, renewal_first: bool
+) -> None:
+    """A registration clears the readers whose registration ran out (other queues: no wake
+    lock between them). A lapsed reader renewing at that moment is either re-read as renewed
+    by the clearing DELETE (which waits for its row) or inserted afresh after it: registered
+    either way, in both orders."""
+    lapsed = uuid.uuid4()
+    await pool.execute(
+        f"INSERT INTO {jobs.schema}.event_readers VALUES ($1, '{{other}}', now() - '1s'::interval)",
+        lapsed,
+    )
+    renewal = _reader_statement(jobs, lapsed, "other")
+    clearing = _reader_statement(jobs)
+    first, second = (renewal, clearing) if renewal_first else (clearing, renewal)
+    _, _, waited = await overlap(pool, first, second)
+    assert waited  # the second waited for the first's hold on the lapsed reader's row
+    expires = await pool.fetchval(
+        f"SELECT expires_at > now() FROM {jobs.schema}.event_readers WHERE reader = $1", lapsed
+    )
+    assert expires is True
 
 
 def _write_to(jobs: JobQueue, queues: list[str]) -> Any:

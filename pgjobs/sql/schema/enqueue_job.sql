@@ -120,7 +120,8 @@ BEGIN
                 ARRAY[ROW(id, p_job_key, p_name, p_pending_deps, due, p_priority)
                       ::{schema}.added_job]);
     END IF;
-    -- wake.sql's wake for one queue, written out: this is every enqueue's path
+    -- wake.sql's wake for one queue, written out: this is every enqueue's path (the two
+    -- looks as SQL helper functions measured 100 µs more server time per enqueue)
     IF NOT p_own THEN
         PERFORM pg_notify(p_channel, p_queue);
         IF p_record_events THEN
