@@ -6,6 +6,13 @@ every older transaction has ended, so none can appear behind the cursor later); 
 starts "now" skips exactly the transactions committed before it started; a stream resumed from a
 cursor misses nothing the log still holds. The log is trimmed by the GC (newest 10,000 per
 queue by default), so a cursor older than that resumes at the oldest event kept.
+
+After a server crash a stream misses nothing either: it goes back to its newest position known
+to be on disk and reads on from there, so events it delivered in the moments before the crash
+may come again (sql/schema/event_positions.sql says why a position can be unsafe). A cursor
+saved by the application is taken as safe: one from an event that a crash then lost (an
+asynchronous write's, a claim's) may skip the events committed after the crash that recovery
+gave older transaction ids than it.
 """
 
 from __future__ import annotations
@@ -55,6 +62,10 @@ def _format_cursor(txid: str, row_id: int, part: int) -> str:
     return f"{txid}:{row_id}:{part}" if part else f"{txid}:{row_id}"
 
 
+def _after(position: Cursor, cursor: Cursor) -> bool:
+    return (int(position[0]), position[1], position[2]) > (int(cursor[0]), cursor[1], cursor[2])
+
+
 class EventStream:
     """``async for event in stream``; ``await stream.close()`` (or ``async with``) to stop.
 
@@ -81,8 +92,14 @@ class EventStream:
         self._any_tenant = any_tenant
         self._batch = batch
         self._cursor: Cursor | None = None if after is None else _parse_cursor(after)
+        self._delivered: Cursor | None = self._cursor
         self._skip_snapshot: str | None = None
-        self._buffer: deque[JobEvent] = deque()
+        self._buffer: deque[tuple[Cursor, JobEvent]] = deque()
+        self._incarnation: str | None = None
+        # Crash safety (sql/schema/event_positions.sql): the newest position known to be on
+        # disk, and later ones with the WAL insert position their read saw, oldest first.
+        self._safe: Cursor | None = self._cursor
+        self._unsafe: deque[tuple[int, Cursor]] = deque()
         self._wake = asyncio.Event()
         self._announced = False
         self._notifier = Notifier(db, {events_channel(db.schema): self._on_notify})
@@ -107,20 +124,24 @@ class EventStream:
         # Registered before the starting point is fixed: a write that did not see the
         # registration has committed by then (sql/schema/wake.sql), so it is either before the
         # start or read by the first read.
-        await self._register()
+        self._incarnation = await self._register()
         self._renewing = asyncio.create_task(self._renew(), name="pgjobs-event-reader")
-        if self._cursor is None:
+        while self._cursor is None:
             row = await self._db.fetchrow("events_start")
             assert row is not None
-            self._cursor = (row["xmin"], 0, 0)
-            self._skip_snapshot = row["snapshot"]
+            # The start names ids a crash could hand out again until a durable write follows
+            # it; a crash in between (another incarnation) takes the start again.
+            if await self._db.fetchval("mark_event_stream_start") == row["incarnation"]:
+                self._cursor = self._safe = (row["xmin"], 0, 0)
+                self._skip_snapshot = row["snapshot"]
+                self._incarnation = row["incarnation"]
 
     @property
     def cursor(self) -> str | None:
         """Resume point: the cursor of the last event delivered (None before the first)."""
-        if self._cursor is None or self._cursor == ("0", 0, 0):
+        if self._delivered is None or self._delivered == ("0", 0, 0):
             return None
-        return _format_cursor(*self._cursor)
+        return _format_cursor(*self._delivered)
 
     @property
     def buffered(self) -> int:
@@ -139,10 +160,15 @@ class EventStream:
                 await self._db.fetch("end_event_reader", self._reader)
         await self._notifier.stop()
 
-    async def _register(self) -> None:
-        await self._db.fetch(
+    async def _register(self) -> str:
+        """Register (or renew) as a reader; the server's incarnation."""
+        row = await self._db.fetchrow(
             "register_event_reader", self._reader, self._queues, READER_TTL_SECONDS
         )
+        assert row is not None
+        if row["incarnation"] == self._incarnation:
+            self._flushed_to(row["flushed"])
+        return str(row["incarnation"])
 
     async def _renew(self) -> None:
         """Renew the registration while the stream is open, and at once when the LISTEN
@@ -179,7 +205,7 @@ class EventStream:
                 raise StopAsyncIteration
             self._wake.clear()
             announced, self._announced = self._announced, False
-            if await self._read() or self._closed:
+            if await self._read() or self._buffer or self._closed:
                 continue
             if announced:
                 held_back_rounds = HELD_BACK_ROUNDS
@@ -190,9 +216,11 @@ class EventStream:
                 timeout = IDLE_POLL_SECONDS
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
-        return self._buffer.popleft()
+        self._delivered, event = self._buffer.popleft()
+        return event
 
-    async def _read(self) -> int:
+    async def _read(self) -> bool:
+        """Read the next events into the buffer; whether to read again at once."""
         assert self._cursor is not None
         rows = await self._db.fetch(
             "read_events",
@@ -204,12 +232,40 @@ class EventStream:
             self._any_tenant,
             self._tenant,
             self._cursor[2],
+            self._incarnation,
         )
-        for row in rows:
-            self._buffer.append(_event(row))
-        if rows:
-            self._cursor = (rows[-1]["txid"], rows[-1]["id"], rows[-1]["part"])
-        return len(rows)
+        head = rows[0]
+        if head["incarnation"] != self._incarnation:
+            self._back_to_safe(head["incarnation"])
+            return True
+        if head["id"] is not None:
+            for row in rows:
+                self._buffer.append(((row["txid"], row["id"], row["part"]), _event(row)))
+            self._cursor = self._buffer[-1][0]
+            self._unsafe.append((head["inserted"], self._cursor))
+        self._flushed_to(head["flushed"])
+        return False
+
+    def _flushed_to(self, flushed: int) -> None:
+        """The WAL is on disk up to ``flushed`` (this incarnation): positions whose read saw an
+        insert position before it are safe."""
+        while self._unsafe and self._unsafe[0][0] <= flushed:
+            self._safe = self._unsafe.popleft()[1]
+
+    def _back_to_safe(self, incarnation: str) -> None:
+        """The server recovered from a crash since the last read: go back to the newest safe
+        position, keeping only the buffered events up to it (the rest is read again)."""
+        assert self._safe is not None
+        logger.warning(
+            "event stream on %s: the server recovered from a crash; reading again from the "
+            "last position known to be on disk (events since then may come twice)",
+            ", ".join(self._queues),
+        )
+        while self._buffer and _after(self._buffer[-1][0], self._safe):
+            self._buffer.pop()
+        self._cursor = self._safe
+        self._unsafe.clear()
+        self._incarnation = incarnation
 
 
 async def publish(

@@ -139,6 +139,7 @@ DEFINITION_FILES = (
     "rescue_stalled_jobs.sql",
     "cancel_and_remove_jobs.sql",
     "job_events.sql",
+    "event_positions.sql",
 )
 """The files of schema/, in applying order (a SQL function is checked against the functions it
 calls when it is created; a trigger needs its function)."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import random
+import uuid
 
+import asyncpg
 import pydantic
 import pytest
 
@@ -20,6 +22,7 @@ from pgjobs import (
     Registry,
 )
 from pgjobs.maintenance import GcInput, collect_garbage
+from tests.interleave import overlap
 
 
 class Item(pydantic.BaseModel):
@@ -253,3 +256,64 @@ async def test_lifo_jobs_run_newest_first_ahead_of_fifo_ones(
     assert order == [6, 5, 4, 3, 1, 2]
     with pytest.raises(InvalidOption, match="lifo"):
         await jobs.enqueue("rec", {"n": 7}, lifo=True, delay=5)
+
+
+async def test_the_cursor_is_that_of_the_last_event_delivered_not_read(
+    jobs: JobQueue, kinds: None
+) -> None:
+    async with jobs.events(["q"]) as stream:
+        await jobs.enqueue_batch("work", [{"n": 3}] * 3, events=True)
+        (first,) = await take(stream, 1)
+        assert stream.buffered == 2  # one read took all three
+        assert stream.cursor == first.cursor
+
+
+async def test_two_connections_drawing_the_first_incarnation_agree_on_one(
+    jobs: JobQueue,
+) -> None:
+    """After a crash the incarnation row is gone; the first callers draw it at once. The second
+    one's insert waits for the first's, then finds the first's token rather than its own."""
+    await jobs.db.pool.execute(f"DELETE FROM {jobs.schema}.incarnation")
+    draw = f"SELECT {jobs.schema}.current_incarnation()"
+
+    async def first(conn: asyncpg.Connection) -> object:
+        return await conn.fetchval(draw)
+
+    async def second(conn: asyncpg.Connection) -> object:
+        return await conn.fetchval(draw)
+
+    one, two, waited = await overlap(jobs.db.pool, first, second)
+    assert waited and one == two
+    assert await jobs.db.pool.fetchval(draw) == one
+
+
+async def test_a_new_incarnation_sends_a_stream_back_to_its_last_safe_position(
+    jobs: JobQueue, kinds: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What a stream does when the server's incarnation changes (recovery empties the unlogged
+    table; here the test does): it goes back to its newest position known to be on disk and
+    reads on, so the event written after the change arrives, and whatever comes again before
+    it is one of the events already delivered, in the same order."""
+    async with jobs.events(["q"]) as stream:
+        one = await jobs.enqueue("work", {"n": 3}, events=True)
+        two = await jobs.enqueue("work", {"n": 3}, events=True)
+        delivered = await take(stream, 2)
+        assert [e.job_id for e in delivered] == [one.id, two.id]
+        await jobs.db.pool.execute(f"DELETE FROM {jobs.schema}.incarnation")
+        three = await jobs.enqueue("work", {"n": 3}, events=True)
+        again: list[JobEvent] = []
+        while not again or again[-1].job_id != three.id:
+            again.extend(await take(stream, 1))
+    assert "recovered from a crash" in caplog.text
+    repeated = [e.cursor for e in again[:-1]]
+    assert repeated == [e.cursor for e in delivered][len(delivered) - len(repeated) :]
+
+
+async def test_a_read_in_another_incarnation_returns_no_event(jobs: JobQueue, kinds: None) -> None:
+    await jobs.enqueue("work", {"n": 3}, events=True)
+    current = str(await jobs.db.pool.fetchval(f"SELECT {jobs.schema}.current_incarnation()"))
+    args = (["q"], "0", 0, None, 10, True, None, 0)
+    (stale,) = await jobs.db.fetch("read_events", *args, str(uuid.uuid4()))
+    assert stale["incarnation"] == current and stale["id"] is None
+    (fresh,) = await jobs.db.fetch("read_events", *args, current)
+    assert fresh["event"] == "added" and fresh["inserted"] >= fresh["flushed"] > 0

@@ -109,6 +109,36 @@ async def test_server_restarts_lose_nothing_and_workers_resume(
     )
 
 
+async def _hold_off_the_wal_writer(server: PrivateServer) -> None:
+    """Asynchronous commits stay in WAL buffers for 10 s (and no autovacuum commits durably
+    meanwhile), so that a crash now loses them and hands their transaction ids out again."""
+    admin = await asyncpg.connect(server.dsn)
+    try:
+        await admin.execute("ALTER SYSTEM SET wal_writer_delay = '10s'")
+        await admin.execute("ALTER SYSTEM SET autovacuum = off")
+        await admin.execute("SELECT pg_reload_conf()")
+    finally:
+        await admin.close()
+
+
+async def _burn_transaction_ids(server: PrivateServer, count: int) -> int:
+    """Commit ``count`` transactions that take an id and write nothing else (so no WAL flush);
+    the next id to be handed out."""
+    conn = await asyncpg.connect(server.dsn)
+    try:
+        for _ in range(count):
+            await conn.fetchval("SELECT pg_current_xact_id()")
+        return int(await conn.fetchval("SELECT pg_snapshot_xmax(pg_current_snapshot())"))
+    finally:
+        await conn.close()
+
+
+REGISTERED = (
+    "SELECT (SELECT count(*) FROM faults.idle_workers)"
+    " + (SELECT count(*) FROM faults.event_readers)"
+)
+
+
 async def test_after_a_server_crash_waiting_workers_and_event_streams_are_woken_again(
     private_server: PrivateServer,
     private_jobs: JobQueue,
@@ -119,10 +149,15 @@ async def test_after_a_server_crash_waiting_workers_and_event_streams_are_woken_
     stream register again once their LISTEN is back, so the first job written after the
     crash wakes them both: the worker polls only every 10 minutes here, the stream renews its
     registration only every 20 minutes, and the write's notification on the events channel is
-    seen by a connection listening beside them."""
+    seen by a connection listening beside them.
+
+    The crash also hands out again the 50 transaction ids burnt just before the stream starts
+    (nothing reached the disk after them): the stream's start, which its snapshot fixes, is
+    followed by a durable write, so the first write after the crash still comes after it."""
     jobs = private_jobs
     monkeypatch.setattr(pgjobs.events, "IDLE_POLL_SECONDS", 600.0)
     monkeypatch.setattr(pgjobs.events, "READER_TTL_SECONDS", 3600.0)
+    await _hold_off_the_wal_writer(private_server)
     started: asyncio.Queue[int] = asyncio.Queue()
 
     @jobs.registry.kind("ping", input=dict[str, int])
@@ -132,16 +167,14 @@ async def test_after_a_server_crash_waiting_workers_and_event_streams_are_woken_
     worker = jobs.worker(poll_interval=600)
     task = worker.start()
     stream = jobs.events(["default"])
-    await stream.start()
-    registered = (
-        "SELECT (SELECT count(*) FROM faults.idle_workers)"
-        " + (SELECT count(*) FROM faults.event_readers)"
-    )
     try:
-        await eventually(lambda: _count(private_server.dsn, registered + " = 2"), timeout=20)
+        await eventually(lambda: _count(private_server.dsn, REGISTERED + " = 1"), timeout=20)
+        await _burn_transaction_ids(private_server, 50)
+        await stream.start()
+        await eventually(lambda: _count(private_server.dsn, REGISTERED + " = 2"), timeout=20)
         await asyncio.to_thread(private_server.restart, "immediate")
         await eventually(
-            lambda: _count(private_server.dsn, registered + " = 2"), timeout=60, interval=0.05
+            lambda: _count(private_server.dsn, REGISTERED + " = 2"), timeout=60, interval=0.05
         )
         heard: list[str] = []
         sentinel = asyncio.Event()
@@ -155,7 +188,7 @@ async def test_after_a_server_crash_waiting_workers_and_event_streams_are_woken_
 
         try:
             await listener.add_listener("faults_events", on_event)
-            await jobs.enqueue("ping", {"n": 1}, events=True)
+            job = await jobs.enqueue("ping", {"n": 1}, events=True)
             await listener.execute("NOTIFY faults_events, 'sentinel'")
             await asyncio.wait_for(sentinel.wait(), 20)
         finally:
@@ -163,7 +196,47 @@ async def test_after_a_server_crash_waiting_workers_and_event_streams_are_woken_
         assert heard == ["default"]  # the stream's registration was back: the write woke it
         assert await asyncio.wait_for(started.get(), 30) == 1  # and the worker, by notification
         event = await asyncio.wait_for(anext(stream), 30)
-        assert event.event == "added" and event.data["name"] == "ping"
+        assert (event.event, event.job_id) == ("added", job.id)
+    finally:
+        await stream.close()
+        await worker.stop()
+        await task
+
+
+async def test_an_event_stream_reads_what_follows_a_crash_that_lost_what_it_had_read(
+    private_server: PrivateServer, private_jobs: JobQueue
+) -> None:
+    """A stream delivers the events of a job written and run with Durability.ASYNC; the crash
+    loses them (they never reached the disk) and hands their transaction ids out again, so the
+    job written after the crash gets ids older than the stream's position. The stream sees the
+    new incarnation, goes back to its last position on disk, and delivers the new job's
+    events: nothing after the crash is skipped."""
+    jobs = private_jobs
+    await _hold_off_the_wal_writer(private_server)
+    done: asyncio.Queue[int] = asyncio.Queue()
+
+    @jobs.registry.kind("ping", input=dict[str, int])
+    async def ping(ctx: JobContext, data: dict[str, int]) -> None:
+        done.put_nowait(data["n"])
+
+    worker = jobs.worker(durability="async")
+    task = worker.start()
+    stream = jobs.events(["default"])
+    try:
+        await stream.start()
+        lost = await jobs.enqueue("ping", {"n": 0}, events=True, durability="async")
+        before = [await asyncio.wait_for(anext(stream), 30) for _ in range(3)]
+        lifecycle = ["added", "active", "completed"]
+        assert [(e.event, e.job_id) for e in before] == [(name, lost.id) for name in lifecycle]
+        assert await done.get() == 0
+        await _burn_transaction_ids(private_server, 50)
+        await asyncio.to_thread(private_server.restart, "immediate")
+        assert await _count(private_server.dsn, "SELECT count(*) FROM faults.jobs") == 0  # lost
+        job = await jobs.enqueue("ping", {"n": 1}, events=True)
+        after = [await asyncio.wait_for(anext(stream), 30) for _ in range(3)]
+        assert [(e.event, e.job_id) for e in after] == [(name, job.id) for name in lifecycle]
+        position = int(before[-1].cursor.split(":")[0])
+        assert int(after[0].cursor.split(":")[0]) < position  # an id handed out again
     finally:
         await stream.close()
         await worker.stop()
