@@ -149,6 +149,30 @@ async def test_add_bulk_of_jobs_sharing_options_applies_them_to_each(
     await queue.close()
 
 
+async def test_add_bulk_returns_the_jobs_add_would_each_with_its_own_options(
+    opts: dict[str, Any],
+) -> None:
+    """The jobs a bulk of shared options returns (one engine batch) hold what ``add`` with those
+    options returns, field for field but the id, the name, the data and the timestamp; and
+    each its own ``opts`` and ``stacktrace``: a change to one job's leaves the others'."""
+    queue = Queue("bulk-built", {**opts, "defaultJobOptions": {"removeOnFail": True}})
+    shared = {"priority": 3, "attempts": 4, "delay": 5}
+    single = await queue.add("one", {"i": -1}, dict(shared))
+    bulk = await queue.addBulk(
+        [{"name": f"n{i}", "data": {"i": i}, "opts": dict(shared)} for i in range(3)]
+    )
+    own = ("id", "engine_id", "name", "data", "timestamp")
+    for index, job in enumerate(bulk):
+        assert (job.name, job.data, job.id) == (f"n{index}", {"i": index}, str(job.engine_id))
+        assert {k: v for k, v in vars(job).items() if k not in own} == {
+            k: v for k, v in vars(single).items() if k not in own
+        }
+    bulk[0].opts["attempts"] = 9
+    bulk[0].stacktrace.append("trace")
+    assert (bulk[1].opts["attempts"], bulk[1].stacktrace) == (4, [])
+    await queue.close()
+
+
 async def test_replaced_data_wins_over_the_exact_copy_of_the_old(opts: dict[str, Any]) -> None:
     queue = Queue("exact-update", opts)
     added = await queue.add("x", {"s": "a\x00b"})

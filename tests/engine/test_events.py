@@ -287,6 +287,22 @@ async def test_two_connections_drawing_the_first_incarnation_agree_on_one(
     assert await jobs.db.pool.fetchval(draw) == one
 
 
+async def test_many_connections_drawing_the_incarnation_at_once_agree_on_one(
+    jobs: JobQueue,
+) -> None:
+    """Stress: eight connections draw the incarnation at the same moment, five times over
+    after the row is cleared; each time they all get the one token that was stored."""
+    draw = f"SELECT {jobs.schema}.current_incarnation()::text"
+    seen: set[str] = set()
+    for _ in range(5):
+        await jobs.db.pool.execute(f"DELETE FROM {jobs.schema}.incarnation")
+        tokens = await asyncio.gather(*(jobs.db.pool.fetchval(draw) for _ in range(8)))
+        stored = await jobs.db.pool.fetchval(f"SELECT token::text FROM {jobs.schema}.incarnation")
+        assert set(tokens) == {stored}
+        seen.add(stored)
+    assert len(seen) == 5  # a fresh token after every clearing
+
+
 async def test_a_new_incarnation_sends_a_stream_back_to_its_last_safe_position(
     jobs: JobQueue, kinds: None, caplog: pytest.LogCaptureFixture
 ) -> None:
