@@ -130,7 +130,9 @@ class QueueEvents(EventEmitter):
             self._task = asyncio.ensure_future(self.run())
 
     async def run(self) -> None:
-        """Consume the log until ``close()``; a read error is emitted on ``error`` and ends it."""
+        """Consume the log until ``close()``. The stream waits out a lost connection or a
+        server restart (its reads are retried); any other read error is emitted on ``error``
+        and ends it."""
         if self.running or self.closed:
             return
         self.running = True

@@ -5,7 +5,9 @@ Guarantees: events come in commit-safe order (a transaction's events are deliver
 every older transaction has ended, so none can appear behind the cursor later); a stream that
 starts "now" skips exactly the transactions committed before it started; a stream resumed from a
 cursor misses nothing the log still holds. The log is trimmed by the GC (newest 10,000 per
-queue by default), so a cursor older than that resumes at the oldest event kept.
+queue by default), so a cursor older than that resumes at the oldest event kept. A read that
+fails because the database is out of reach is retried with backoff (and logged): a stream
+waits out a restart.
 
 After a server crash a stream misses nothing either: it goes back to its newest position known
 to be on disk and reads on from there, so events it delivered in the moments before the crash
@@ -31,6 +33,7 @@ from pgjobs.errors import InvalidOption
 from pgjobs.executor import TRANSIENT_ERRORS, Database
 from pgjobs.models import JobEvent
 from pgjobs.notifier import Notifier
+from pgjobs.retrying import retry_delay
 
 logger = logging.getLogger("pgjobs.events")
 
@@ -200,20 +203,36 @@ class EventStream:
     async def __anext__(self) -> JobEvent:
         await self.start()
         held_back_rounds = 0
+        failures = 0
         while not self._buffer:
             if self._closed:
                 raise StopAsyncIteration
             self._wake.clear()
             announced, self._announced = self._announced, False
-            if await self._read() or self._buffer or self._closed:
-                continue
-            if announced:
-                held_back_rounds = HELD_BACK_ROUNDS
-            if held_back_rounds:
-                held_back_rounds -= 1
-                timeout = HELD_BACK_POLL_SECONDS
+            try:
+                again = await self._read()
+            except TRANSIENT_ERRORS as exc:
+                # The database is out of reach (a restart, a crash, a dropped connection): the
+                # stream waits it out, as a worker does, and reads on from where it was.
+                failures += 1
+                timeout = retry_delay(failures)
+                logger.warning(
+                    "event stream on %s: read failed (%s); retrying in %.1fs",
+                    ", ".join(self._queues),
+                    exc,
+                    timeout,
+                )
             else:
-                timeout = IDLE_POLL_SECONDS
+                failures = 0
+                if again or self._buffer or self._closed:
+                    continue
+                if announced:
+                    held_back_rounds = HELD_BACK_ROUNDS
+                if held_back_rounds:
+                    held_back_rounds -= 1
+                    timeout = HELD_BACK_POLL_SECONDS
+                else:
+                    timeout = IDLE_POLL_SECONDS
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
         self._delivered, event = self._buffer.popleft()

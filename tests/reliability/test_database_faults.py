@@ -14,7 +14,8 @@ import asyncpg
 import pytest
 
 import pgjobs.events
-from pgjobs import JobContext, JobQueue, JobSpec, Registry
+from pgjobs import EventStream, JobContext, JobQueue, JobSpec, Registry
+from pgjobs.executor import TRANSIENT_ERRORS
 from tests.helpers import eventually
 from tests.reliability.figures import Figure, record, seconds
 from tests.reliability.private_postgres import PrivateServer
@@ -241,6 +242,78 @@ async def test_an_event_stream_reads_what_follows_a_crash_that_lost_what_it_had_
         await stream.close()
         await worker.stop()
         await task
+
+
+async def test_an_event_stream_misses_nothing_through_three_crashes_under_load(
+    private_server: PrivateServer, private_jobs: JobQueue
+) -> None:
+    """Stress: a producer enqueues jobs that record events, one in ten durable and the rest
+    async (with the WAL writer held off, so each crash loses the async ones since the last
+    durable one and hands their ids out again), while an event stream is read, and the server
+    crashes three times under it. The stream rides through (its reads are retried) and, at the
+    end, has delivered the 'added' event of every job that survived (a crash may repeat events,
+    never skip one); every durable enqueue that was acknowledged survived."""
+    jobs = private_jobs
+    await _hold_off_the_wal_writer(private_server)
+
+    @jobs.registry.kind("ping", input=dict[str, int])
+    async def ping(ctx: JobContext, data: dict[str, int]) -> None:
+        pass
+
+    acknowledged: list[int] = []
+    durable: set[int] = set()
+    delivered: set[int | None] = set()
+    stopping = asyncio.Event()
+
+    async def produce() -> None:
+        n = 0
+        while not stopping.is_set():
+            n += 1
+            level = "durable" if n % 10 == 0 else "async"
+            try:
+                job = await jobs.enqueue("ping", {"n": n}, events=True, durability=level)
+            except TRANSIENT_ERRORS:
+                await asyncio.sleep(0.05)  # the server is restarting: try the next one
+                continue
+            acknowledged.append(job.id)
+            if level == "durable":
+                durable.add(job.id)
+
+    async def consume(stream: EventStream) -> None:
+        async for event in stream:
+            if event.event == "added":
+                delivered.add(event.job_id)
+
+    stream = jobs.events(["default"])
+    await stream.start()
+    reader = asyncio.ensure_future(consume(stream))
+    producer = asyncio.ensure_future(produce())
+    try:
+
+        async def two_hundred_more() -> None:
+            target = len(acknowledged) + 200
+            await eventually(lambda: asyncio.sleep(0, len(acknowledged) >= target), timeout=60)
+
+        for _ in range(3):
+            await two_hundred_more()
+            await asyncio.to_thread(private_server.restart, "immediate")
+        await two_hundred_more()
+        stopping.set()
+        await producer
+        last = await jobs.enqueue("ping", {"n": -1}, events=True)
+        await eventually(lambda: asyncio.sleep(0, last.id in delivered), timeout=60)
+        conn = await asyncpg.connect(private_server.dsn)
+        try:
+            survived = {r["id"] for r in await conn.fetch("SELECT id FROM faults.jobs")}
+        finally:
+            await conn.close()
+        assert durable <= survived  # durable enqueues lose nothing
+        assert survived <= delivered  # and the stream skipped none of what survived
+        assert len(survived) >= 800
+    finally:
+        stopping.set()
+        await stream.close()
+        await asyncio.gather(reader, producer, return_exceptions=True)
 
 
 async def test_a_dropped_listen_connection_comes_back_and_wakes_the_worker(
