@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 import traceback
+from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -88,6 +89,8 @@ class Job:
     that moving it on is the caller's business, not a processor's."""
     manual = False
     _delay_until_ms: float | None = None
+    _shared: dict[str, Any] | None = None
+    """The fields a job of a bulk add shares with its bulk until it reads them (``of_bulk``)."""
 
     def __init__(
         self,
@@ -115,7 +118,45 @@ class Job:
         self.queueQualifiedName = queue.qualifiedName
         self._pending_logs: list[asyncio.Future[Any]] = []
 
+    if not TYPE_CHECKING:  # hidden from mypy, which would take any misspelt field for one
+
+        def __getattr__(self, name: str) -> Any:
+            """Only for a field not set on this job: one a job of a bulk add (``of_bulk``)
+            shares with the others of its bulk, taken on first read (a dict or list as its own
+            copy, so that changing one job's ``opts`` or ``stacktrace`` leaves the others')."""
+            shared = self.__dict__.get("_shared")
+            if shared is None or name not in shared:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            value = shared[name]
+            if isinstance(value, dict | list):
+                value = value.copy()
+            setattr(self, name, value)
+            return value
+
     # -- construction ----------------------------------------------------------------------
+
+    @classmethod
+    def of_bulk(
+        cls, queue: Queue, jobs: Iterable[tuple[str, Any, int]], opts: dict[str, Any]
+    ) -> list[Job]:
+        """``(name, data, engine id)`` of jobs added together with the same ``opts`` and no
+        ``jobId``: each reads as ``Job(queue, name, data, opts, str(engine id))`` would, but
+        holds only its own fields; the rest, worked out once for the bulk, is taken on first
+        read (building a thousand full jobs was a sixth of a thousand-job ``addBulk``)."""
+        shared = dict(vars(cls(queue, "", None, opts)))
+        for own in ("queue", "name", "data", "id"):
+            del shared[own]
+        built = []
+        for name, data, engine_id in jobs:
+            job = cls.__new__(cls)
+            job.queue = queue
+            job.name = name
+            job.data = data
+            job.id = str(engine_id)
+            job.engine_id = engine_id
+            job._shared = shared
+            built.append(job)
+        return built
 
     @classmethod
     def from_row(cls, queue: Queue, row: JobRow) -> Job:

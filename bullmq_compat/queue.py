@@ -292,10 +292,11 @@ class Queue:
             )
 
         results = await self._write(write, connection, idempotent=False)
-        return [
-            self.added(j["name"], j.get("data"), merged, result.id)
-            for j, result in zip(jobs, results, strict=True)
-        ]
+        return Job.of_bulk(
+            self,
+            ((j["name"], j.get("data"), r.id) for j, r in zip(jobs, results, strict=True)),
+            merged,
+        )
 
     def _options(self, name: str, merged: dict[str, Any]) -> dict[str, Any]:
         """The engine options of a job named ``name`` with BullMQ options ``merged``."""

@@ -152,9 +152,10 @@ async def test_add_bulk_of_jobs_sharing_options_applies_them_to_each(
 async def test_add_bulk_returns_the_jobs_add_would_each_with_its_own_options(
     opts: dict[str, Any],
 ) -> None:
-    """The jobs a bulk of shared options returns (one engine batch) hold what ``add`` with those
+    """The jobs a bulk of shared options returns (one engine batch; each holds its own fields
+    and takes the ones shared by the bulk on first read) read as what ``add`` with those
     options returns, field for field but the id, the name, the data and the timestamp; and
-    each its own ``opts`` and ``stacktrace``: a change to one job's leaves the others'."""
+    each has its own ``opts`` and ``stacktrace``: a change to one job's leaves the others'."""
     queue = Queue("bulk-built", {**opts, "defaultJobOptions": {"removeOnFail": True}})
     shared = {"priority": 3, "attempts": 4, "delay": 5}
     single = await queue.add("one", {"i": -1}, dict(shared))
@@ -164,12 +165,18 @@ async def test_add_bulk_returns_the_jobs_add_would_each_with_its_own_options(
     own = ("id", "engine_id", "name", "data", "timestamp")
     for index, job in enumerate(bulk):
         assert (job.name, job.data, job.id) == (f"n{index}", {"i": index}, str(job.engine_id))
-        assert {k: v for k, v in vars(job).items() if k not in own} == {
-            k: v for k, v in vars(single).items() if k not in own
-        }
-    bulk[0].opts["attempts"] = 9
-    bulk[0].stacktrace.append("trace")
+        fields = [k for k in vars(single) if k not in own]
+        assert {k: getattr(job, k) for k in fields} == {k: getattr(single, k) for k in fields}
+        assert await job.getState() == "delayed" and job.asJSON()["opts"] == single.asJSON()["opts"]
+    bulk[2].opts["attempts"] = 9
+    bulk[2].stacktrace.append("trace")
+    fresh = await queue.addBulk([{"name": "n", "data": {}, "opts": dict(shared)}] * 2)
+    fresh[0].opts["attempts"] = 9
+    fresh[0].stacktrace.append("trace")
+    assert (fresh[1].opts["attempts"], fresh[1].stacktrace) == (4, [])  # read after the change
     assert (bulk[1].opts["attempts"], bulk[1].stacktrace) == (4, [])
+    with pytest.raises(AttributeError, match="no_such_field"):
+        bulk[1].no_such_field  # noqa: B018
     await queue.close()
 
 
