@@ -263,6 +263,7 @@ async def test_an_event_stream_misses_nothing_through_three_crashes_under_load(
     acknowledged: list[int] = []
     durable: set[int] = set()
     delivered: set[int | None] = set()
+    repeated = 0
     stopping = asyncio.Event()
 
     async def produce() -> None:
@@ -280,8 +281,10 @@ async def test_an_event_stream_misses_nothing_through_three_crashes_under_load(
                 durable.add(job.id)
 
     async def consume(stream: EventStream) -> None:
+        nonlocal repeated
         async for event in stream:
             if event.event == "added":
+                repeated += event.job_id in delivered
                 delivered.add(event.job_id)
 
     stream = jobs.events(["default"])
@@ -310,6 +313,20 @@ async def test_an_event_stream_misses_nothing_through_three_crashes_under_load(
         assert durable <= survived  # durable enqueues lose nothing
         assert survived <= delivered  # and the stream skipped none of what survived
         assert len(survived) >= 800
+        record(
+            Figure(
+                scenario="event stream read through server crashes, under a producer of "
+                "1 durable and 9 async enqueues in 10",
+                faults="3 crashes (immediate stop; WAL writer held off 10 s)",
+                jobs=len(acknowledged) + 1,
+                lost=len(survived - delivered),
+                duplicated=f"{repeated} 'added' events delivered again (the moments before a "
+                f"crash); {len(set(acknowledged) - survived)} acknowledged async enqueues lost "
+                "by the crashes, as async allows",
+                recovery="every surviving job's 'added' event delivered; every acknowledged "
+                "durable enqueue survived",
+            )
+        )
     finally:
         stopping.set()
         await stream.close()
