@@ -65,10 +65,6 @@ def _format_cursor(txid: str, row_id: int, part: int) -> str:
     return f"{txid}:{row_id}:{part}" if part else f"{txid}:{row_id}"
 
 
-def _after(position: Cursor, cursor: Cursor) -> bool:
-    return (int(position[0]), position[1], position[2]) > (int(cursor[0]), cursor[1], cursor[2])
-
-
 class EventStream:
     """``async for event in stream``; ``await stream.close()`` (or ``async with``) to stop.
 
@@ -239,7 +235,7 @@ class EventStream:
         return event
 
     async def _read(self) -> bool:
-        """Read the next events into the buffer; whether to read again at once."""
+        """Read the next events into the (empty) buffer; whether to read again at once."""
         assert self._cursor is not None
         rows = await self._db.fetch(
             "read_events",
@@ -273,15 +269,13 @@ class EventStream:
 
     def _back_to_safe(self, incarnation: str) -> None:
         """The server recovered from a crash since the last read: go back to the newest safe
-        position, keeping only the buffered events up to it (the rest is read again)."""
-        assert self._safe is not None
+        position (the buffer is empty: reads happen only once it is)."""
+        assert self._safe is not None and not self._buffer
         logger.warning(
             "event stream on %s: the server recovered from a crash; reading again from the "
             "last position known to be on disk (events since then may come twice)",
             ", ".join(self._queues),
         )
-        while self._buffer and _after(self._buffer[-1][0], self._safe):
-            self._buffer.pop()
         self._cursor = self._safe
         self._unsafe.clear()
         self._incarnation = incarnation

@@ -325,6 +325,24 @@ async def test_a_new_incarnation_sends_a_stream_back_to_its_last_safe_position(
     assert repeated == [e.cursor for e in delivered][len(delivered) - len(repeated) :]
 
 
+async def test_after_a_new_incarnation_a_stream_rereads_all_it_read_since_its_safe_position(
+    jobs: JobQueue, kinds: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the WAL never seen flushed past the stream's reads (as right before a crash), the
+    only safe position is the start: on a new incarnation the stream reads again everything
+    after it, in order, then goes on; nothing is skipped and nothing comes out of order."""
+    monkeypatch.setattr(EventStream, "_flushed_to", lambda self, flushed: None)
+    async with jobs.events(["q"]) as stream:
+        first = [await jobs.enqueue("work", {"n": 3}, events=True) for _ in range(3)]
+        before = await take(stream, 3)
+        assert [e.job_id for e in before] == [j.id for j in first]
+        await jobs.db.pool.execute(f"DELETE FROM {jobs.schema}.incarnation")
+        last = await jobs.enqueue("work", {"n": 3}, events=True)
+        after = await take(stream, 4)
+    assert [e.cursor for e in after[:3]] == [e.cursor for e in before]
+    assert after[3].job_id == last.id
+
+
 async def test_a_read_in_another_incarnation_returns_no_event(jobs: JobQueue, kinds: None) -> None:
     await jobs.enqueue("work", {"n": 3}, events=True)
     current = str(await jobs.db.pool.fetchval(f"SELECT {jobs.schema}.current_incarnation()"))
