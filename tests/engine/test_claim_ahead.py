@@ -4,6 +4,7 @@ jobs leased until it starts them, and gives them back untouched on stop, pause o
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
 import pydantic
 import pytest
@@ -30,8 +31,9 @@ async def rows(jobs: JobQueue, ids: list[int]) -> dict[int, tuple[str, int]]:
 
 
 @pytest.fixture
-def job_one_blocks(registry: Registry) -> tuple[list[int], asyncio.Event]:
-    """Kind "k": records each input's n; the job with n == 1 waits until the event is set."""
+def job_one_blocks(registry: Registry) -> Iterator[tuple[list[int], asyncio.Event]]:
+    """Kind "k": records each input's n; the job with n == 1 waits until the event is set
+    (at the latest when the test ends, so that a failed test's worker can stop)."""
     seen: list[int] = []
     release = asyncio.Event()
 
@@ -41,7 +43,8 @@ def job_one_blocks(registry: Registry) -> tuple[list[int], asyncio.Event]:
         if item.n == 1:
             await release.wait()
 
-    return seen, release
+    yield seen, release
+    release.set()
 
 
 async def test_the_claim_takes_ahead_only_from_queues_without_caps_or_rate_limits(
@@ -66,8 +69,10 @@ async def test_short_handlers_claim_ahead_and_stop_gives_back_what_never_started
     worker = jobs.worker(concurrency=1, claim_ahead=3)
     worker.start()
     # Job 0 is claimed alone (handler times unknown yet) and is short: the next claim takes
-    # job 1 for the free slot and jobs 2-4 ahead, all leased; job 1 then holds the only slot.
+    # job 1 for the free slot and jobs 2-4 ahead, all leased; job 1 then holds the only slot
+    # (its handler starts a moment after the claim is counted).
     await eventually(lambda: claimed(worker, 5))
+    await eventually(lambda: asyncio.sleep(0, len(seen) == 2))
     assert seen == [0, 1]
     assert await rows(jobs, ids[2:5]) == {i: ("running", 1) for i in ids[2:5]}
     stopping = asyncio.create_task(worker.stop())
