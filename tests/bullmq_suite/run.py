@@ -17,6 +17,8 @@ import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from tests.helpers import dsn_with
+
 HERE = Path(__file__).resolve().parent
 RELEASE = "v6.2.0"
 DATABASE = "bullmq_suite"
@@ -54,7 +56,7 @@ def _database(base_dsn: str) -> str:
             await conn.close()
 
     asyncio.run(create())
-    return base_dsn.rsplit("/", 1)[0] + "/" + DATABASE
+    return dsn_with(base_dsn, database=DATABASE)
 
 
 def main(argv: list[str] | None = None) -> int:

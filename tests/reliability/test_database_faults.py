@@ -7,8 +7,11 @@ The restart runs against a private cluster (see private_postgres.py), never the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
 import asyncpg
 import pytest
@@ -140,6 +143,25 @@ REGISTERED = (
 )
 
 
+@contextlib.asynccontextmanager
+async def _pinging_worker(jobs: JobQueue, **options: Any) -> AsyncIterator[asyncio.Queue[int]]:
+    """Kind "ping" (each run puts its input's n on the queue yielded) and a worker running it,
+    stopped on the way out; the stream the caller opened inside is closed first."""
+    ran: asyncio.Queue[int] = asyncio.Queue()
+
+    @jobs.registry.kind("ping", input=dict[str, int])
+    async def ping(ctx: JobContext, data: dict[str, int]) -> None:
+        ran.put_nowait(data["n"])
+
+    worker = jobs.worker(**options)
+    task = worker.start()
+    try:
+        yield ran
+    finally:
+        await worker.stop()
+        await task
+
+
 async def test_after_a_server_crash_waiting_workers_and_event_streams_are_woken_again(
     private_server: PrivateServer,
     private_jobs: JobQueue,
@@ -159,49 +181,40 @@ async def test_after_a_server_crash_waiting_workers_and_event_streams_are_woken_
     monkeypatch.setattr(pgjobs.events, "IDLE_POLL_SECONDS", 600.0)
     monkeypatch.setattr(pgjobs.events, "READER_TTL_SECONDS", 3600.0)
     await _hold_off_the_wal_writer(private_server)
-    started: asyncio.Queue[int] = asyncio.Queue()
-
-    @jobs.registry.kind("ping", input=dict[str, int])
-    async def ping(ctx: JobContext, data: dict[str, int]) -> None:
-        started.put_nowait(data["n"])
-
-    worker = jobs.worker(poll_interval=600)
-    task = worker.start()
-    stream = jobs.events(["default"])
-    try:
-        await eventually(lambda: _count(private_server.dsn, REGISTERED + " = 1"), timeout=20)
-        await _burn_transaction_ids(private_server, 50)
-        await stream.start()
-        await eventually(lambda: _count(private_server.dsn, REGISTERED + " = 2"), timeout=20)
-        await asyncio.to_thread(private_server.restart, "immediate")
-        await eventually(
-            lambda: _count(private_server.dsn, REGISTERED + " = 2"), timeout=60, interval=0.05
-        )
-        heard: list[str] = []
-        sentinel = asyncio.Event()
-        listener = await asyncpg.connect(private_server.dsn)
-
-        def on_event(_c: object, _p: int, _channel: str, payload: str) -> None:
-            if payload == "sentinel":
-                sentinel.set()
-            else:
-                heard.append(payload)
-
+    async with _pinging_worker(jobs, poll_interval=600) as started:
+        stream = jobs.events(["default"])
         try:
-            await listener.add_listener("faults_events", on_event)
-            job = await jobs.enqueue("ping", {"n": 1}, events=True)
-            await listener.execute("NOTIFY faults_events, 'sentinel'")
-            await asyncio.wait_for(sentinel.wait(), 20)
+            await eventually(lambda: _count(private_server.dsn, REGISTERED + " = 1"), timeout=20)
+            await _burn_transaction_ids(private_server, 50)
+            await stream.start()
+            await eventually(lambda: _count(private_server.dsn, REGISTERED + " = 2"), timeout=20)
+            await asyncio.to_thread(private_server.restart, "immediate")
+            await eventually(
+                lambda: _count(private_server.dsn, REGISTERED + " = 2"), timeout=60, interval=0.05
+            )
+            heard: list[str] = []
+            sentinel = asyncio.Event()
+            listener = await asyncpg.connect(private_server.dsn)
+
+            def on_event(_c: object, _p: int, _channel: str, payload: str) -> None:
+                if payload == "sentinel":
+                    sentinel.set()
+                else:
+                    heard.append(payload)
+
+            try:
+                await listener.add_listener("faults_events", on_event)
+                job = await jobs.enqueue("ping", {"n": 1}, events=True)
+                await listener.execute("NOTIFY faults_events, 'sentinel'")
+                await asyncio.wait_for(sentinel.wait(), 20)
+            finally:
+                await listener.close()
+            assert heard == ["default"]  # the stream's registration was back: the write woke it
+            assert await asyncio.wait_for(started.get(), 30) == 1  # and the worker, by notification
+            event = await asyncio.wait_for(anext(stream), 30)
+            assert (event.event, event.job_id) == ("added", job.id)
         finally:
-            await listener.close()
-        assert heard == ["default"]  # the stream's registration was back: the write woke it
-        assert await asyncio.wait_for(started.get(), 30) == 1  # and the worker, by notification
-        event = await asyncio.wait_for(anext(stream), 30)
-        assert (event.event, event.job_id) == ("added", job.id)
-    finally:
-        await stream.close()
-        await worker.stop()
-        await task
+            await stream.close()
 
 
 async def test_an_event_stream_reads_what_follows_a_crash_that_lost_what_it_had_read(
@@ -214,34 +227,25 @@ async def test_an_event_stream_reads_what_follows_a_crash_that_lost_what_it_had_
     events: nothing after the crash is skipped."""
     jobs = private_jobs
     await _hold_off_the_wal_writer(private_server)
-    done: asyncio.Queue[int] = asyncio.Queue()
-
-    @jobs.registry.kind("ping", input=dict[str, int])
-    async def ping(ctx: JobContext, data: dict[str, int]) -> None:
-        done.put_nowait(data["n"])
-
-    worker = jobs.worker(durability="async")
-    task = worker.start()
-    stream = jobs.events(["default"])
-    try:
-        await stream.start()
-        lost = await jobs.enqueue("ping", {"n": 0}, events=True, durability="async")
-        before = [await asyncio.wait_for(anext(stream), 30) for _ in range(3)]
-        lifecycle = ["added", "active", "completed"]
-        assert [(e.event, e.job_id) for e in before] == [(name, lost.id) for name in lifecycle]
-        assert await done.get() == 0
-        await _burn_transaction_ids(private_server, 50)
-        await asyncio.to_thread(private_server.restart, "immediate")
-        assert await _count(private_server.dsn, "SELECT count(*) FROM faults.jobs") == 0  # lost
-        job = await jobs.enqueue("ping", {"n": 1}, events=True)
-        after = [await asyncio.wait_for(anext(stream), 30) for _ in range(3)]
-        assert [(e.event, e.job_id) for e in after] == [(name, job.id) for name in lifecycle]
-        position = int(before[-1].cursor.split(":")[0])
-        assert int(after[0].cursor.split(":")[0]) < position  # an id handed out again
-    finally:
-        await stream.close()
-        await worker.stop()
-        await task
+    async with _pinging_worker(jobs, durability="async") as done:
+        stream = jobs.events(["default"])
+        try:
+            await stream.start()
+            lost = await jobs.enqueue("ping", {"n": 0}, events=True, durability="async")
+            before = [await asyncio.wait_for(anext(stream), 30) for _ in range(3)]
+            lifecycle = ["added", "active", "completed"]
+            assert [(e.event, e.job_id) for e in before] == [(name, lost.id) for name in lifecycle]
+            assert await done.get() == 0
+            await _burn_transaction_ids(private_server, 50)
+            await asyncio.to_thread(private_server.restart, "immediate")
+            assert await _count(private_server.dsn, "SELECT count(*) FROM faults.jobs") == 0  # lost
+            job = await jobs.enqueue("ping", {"n": 1}, events=True)
+            after = [await asyncio.wait_for(anext(stream), 30) for _ in range(3)]
+            assert [(e.event, e.job_id) for e in after] == [(name, job.id) for name in lifecycle]
+            position = int(before[-1].cursor.split(":")[0])
+            assert int(after[0].cursor.split(":")[0]) < position  # an id handed out again
+        finally:
+            await stream.close()
 
 
 async def test_an_event_stream_misses_nothing_through_three_crashes_under_load(
