@@ -157,7 +157,7 @@ async def test_add_bulk_returns_the_jobs_add_would_each_with_its_own_options(
     options returns, field for field but the id, the name, the data and the timestamp; and
     each has its own ``opts`` and ``stacktrace``: a change to one job's leaves the others'."""
     queue = Queue("bulk-built", {**opts, "defaultJobOptions": {"removeOnFail": True}})
-    shared = {"priority": 3, "attempts": 4, "delay": 5}
+    shared = {"priority": 3, "attempts": 4, "delay": 60_000}  # delayed whatever the load
     single = await queue.add("one", {"i": -1}, dict(shared))
     bulk = await queue.addBulk(
         [{"name": f"n{i}", "data": {"i": i}, "opts": dict(shared)} for i in range(3)]
