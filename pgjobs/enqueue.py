@@ -7,7 +7,9 @@ leaves a half-written batch.
 from __future__ import annotations
 
 import functools
+import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict
@@ -387,6 +389,43 @@ def row_args(job: PreparedJob) -> tuple[Any, ...]:
     )
 
 
+_encode_scalars = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def jobs_document(jobs: Iterable[PreparedJob]) -> str:
+    """The JSON document from which the batch statements read their jobs (sql/fragments.sql,
+    unnested_jobs): an array per job, its plain columns first, then its JSON columns spliced in
+    as the JSON text they already are (payload, backoff, metadata, retention). Every value was
+    validated when the job was prepared (no NUL, no lone surrogate, finite numbers), so the
+    document is valid JSON; non-ASCII is escaped, which jsonb reads back unchanged."""
+    rows = []
+    for job in jobs:
+        run_at = job.run_at
+        scalars = _encode_scalars(
+            [
+                job.queue,
+                job.kind,
+                job.name,
+                job.priority,
+                None if run_at is None else run_at.astimezone(UTC).isoformat(),
+                job.delay,
+                job.max_attempts,
+                job.max_deferrals,
+                job.dedup_key,
+                job.group_key,
+                job.tenant,
+                job.job_key,
+                job.flow_id,
+                job.pending_deps,
+                job.record_events,
+            ]
+        )
+        metadata = "null" if job.metadata is None else job.metadata
+        retention = "null" if job.retention is None else job.retention
+        rows.append(f"{scalars[:-1]},{job.payload},{job.backoff},{metadata},{retention}]")
+    return "[" + ",".join(rows) + "]"
+
+
 def _shared_args(job: PreparedJob) -> tuple[Any, ...]:
     """The columns enqueue_uniform binds once for a whole batch."""
     return (
@@ -516,10 +555,9 @@ async def insert_many(
         # One row: the single-row statement is cheaper than unnesting arrays of one.
         written.append(await insert_one(db, unique[0], conn, commit))
     else:
-        columns = list(zip(*(row_args(job) for job in unique), strict=True))
         rows = await db.fetch(
             "enqueue_many",
-            *columns,
+            jobs_document(unique),
             notify_channel(db.schema),
             commit,
             own_transaction(conn),

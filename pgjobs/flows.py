@@ -18,9 +18,9 @@ from pgjobs.enqueue import (
     PreparedJob,
     insert_many,
     insert_one,
+    jobs_document,
     own_transaction,
     prepare,
-    row_args,
 )
 from pgjobs.errors import (
     FlowConflict,
@@ -231,7 +231,7 @@ class Flows:
         edges = list(flow._edges.items())
         rows = await self._db.fetch(
             "insert_keyless_flow",
-            *zip(*(row_args(job) for job in prepared), strict=True),
+            jobs_document(prepared),
             self._channel,
             commit,
             flow.name,
@@ -322,16 +322,19 @@ class Flows:
     async def _attach(
         self, conn: Connection, prerequisite_id: int, dependent_id: int, policy: EdgePolicy
     ) -> None:
-        await self._db.fetchval(
-            "attach_prerequisites",
-            [prerequisite_id],
-            [dependent_id],
-            [policy.value],
-            ["open"],
-            [None],
-            self._channel,
-            conn=conn,
-        )
+        try:
+            await self._db.fetchval(
+                "attach_prerequisites",
+                [prerequisite_id],
+                [dependent_id],
+                [policy.value],
+                ["open"],
+                [None],
+                self._channel,
+                conn=conn,
+            )
+        except asyncpg.ForeignKeyViolationError:  # the dependent is locked: the prerequisite
+            raise InvalidFlow(f"no job {prerequisite_id} to depend on") from None
 
     async def rerun(self, flow_id: int, *, tenant: str | None, any_tenant: bool) -> SubmittedFlow:
         """Clone the flow under a new id, every node pending, priorities and budgets kept.

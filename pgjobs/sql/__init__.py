@@ -129,6 +129,7 @@ DEFINITION_FILES = (
     "sub_state.sql",
     "attempt_errors.sql",
     "flow_stats.sql",
+    "job_edges_integrity.sql",
     "resolve_dependents.sql",
     "attach_prerequisites.sql",
     "claim_jobs.sql",

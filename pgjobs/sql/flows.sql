@@ -9,15 +9,15 @@ RETURNING id, CASE WHEN $4::text IS NOT NULL THEN set_config('synchronous_commit
 
 -- name: insert_keyless_flow
 -- A whole flow in one statement, for nodes with no job key and no dedup key (nothing can
--- conflict, so every row is written and no transaction is needed): the flow row ($22 name, $23
--- metadata, $24 tenant), the nodes ($1-$19 as enqueue_many's arrays; $17, flow_id, is the new
--- row's), and the edges between them by node ordinal ($25 prerequisite, $26 dependent, $27
--- policy). $20: the notification channel; $21: synchronous_commit, as for enqueue_one; $28:
--- whether the statement is a transaction of its own, as for enqueue_many.
+-- conflict, so every row is written and no transaction is needed): the flow row ($4 name, $5
+-- metadata, $6 tenant), the nodes ($1, their JSON document as for enqueue_many; their flow_id
+-- is the new row's), and the edges between them by node ordinal ($7 prerequisite, $8
+-- dependent, $9 policy). $2: the notification channel; $3: synchronous_commit, as for
+-- enqueue_one; $10: whether the statement is a transaction of its own, as for enqueue_many.
 WITH flow AS (
-    INSERT INTO {schema}.flows (name, metadata, tenant) VALUES ($22, $23::text::jsonb, $24)
-    RETURNING id, CASE WHEN $21::text IS NOT NULL
-                       THEN set_config('synchronous_commit', $21, true) END
+    INSERT INTO {schema}.flows (name, metadata, tenant) VALUES ($4, $5::text::jsonb, $6)
+    RETURNING id, CASE WHEN $3::text IS NOT NULL
+                       THEN set_config('synchronous_commit', $3, true) END
 ),
 src AS MATERIALIZED (
     {fragment:unnested_jobs}
@@ -26,10 +26,10 @@ ins AS (
     INSERT INTO {schema}.jobs (id, queue, kind, name, payload, priority, run_at, max_attempts,
                                max_deferrals, backoff, group_key, tenant, metadata, retention,
                                flow_id, pending_deps, record_events)
-    SELECT id, queue, kind, name, payload::jsonb, priority,
+    SELECT id, queue, kind, name, payload, priority,
            coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
-           max_attempts, max_deferrals, backoff::jsonb, group_key, tenant, metadata::jsonb,
-           retention::jsonb, (SELECT f.id FROM flow f), pending_deps, record_events
+           max_attempts, max_deferrals, backoff, group_key, tenant, metadata, retention,
+           (SELECT f.id FROM flow f), pending_deps, record_events
     FROM src ORDER BY ord
     RETURNING {fragment:inserted_columns}
 ),
@@ -37,13 +37,13 @@ ins AS (
 edges AS (
     INSERT INTO {schema}.job_edges (prerequisite_id, dependent_id, policy)
     SELECT p.id, d.id, e.policy
-    FROM unnest($25::bigint[], $26::bigint[], $27::text[]) AS e(prerequisite, dependent, policy)
+    FROM unnest($7::bigint[], $8::bigint[], $9::text[]) AS e(prerequisite, dependent, policy)
     JOIN src p ON p.ord = e.prerequisite
     JOIN src d ON d.ord = e.dependent
 ),
 notified AS (
-    SELECT {schema}.wake(array_agg(DISTINCT queue), (SELECT array_agg(queue) FROM added), $20,
-                         $28) AS queues
+    SELECT {schema}.wake(array_agg(DISTINCT queue), (SELECT array_agg(queue) FROM added), $2,
+                         $10) AS queues
     FROM src
 )
 SELECT (SELECT f.id FROM flow f) AS flow_id, src.id, (SELECT queues FROM notified)

@@ -20,9 +20,10 @@ FROM {schema}.enqueue_job($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13
                           $17, $18, $19, $20, $21, $22);
 
 -- name: enqueue_many
--- Insert many jobs in one statement. Returns one row per input (by ordinal) with the id it was
+-- Insert many jobs in one statement ($1: their JSON document, fragments.sql's unnested_jobs;
+-- $2: the notification channel). Returns one row per input (by ordinal) with the id it was
 -- given and whether it was written; rows not written hit a job key or an in-flight dedup key.
--- $21: synchronous_commit, and the 'added' events, as for enqueue_one; $22: whether the
+-- $3: synchronous_commit, and the 'added' events, as for enqueue_one; $4: whether the
 -- statement is a transaction of its own (its queues are then notified only where a worker
 -- or a reader waits, sql/schema/wake.sql).
 WITH src AS MATERIALIZED (
@@ -32,19 +33,19 @@ ins AS (
     INSERT INTO {schema}.jobs (id, queue, kind, name, payload, priority, run_at, max_attempts,
                                max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
                                job_key, retention, flow_id, pending_deps, record_events)
-    SELECT id, queue, kind, name, payload::jsonb, priority,
+    SELECT id, queue, kind, name, payload, priority,
            coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
-           max_attempts, max_deferrals, backoff::jsonb, dedup_key, group_key, tenant,
-           metadata::jsonb, job_key, retention::jsonb, flow_id, pending_deps, record_events
+           max_attempts, max_deferrals, backoff, dedup_key, group_key, tenant, metadata,
+           job_key, retention, flow_id, pending_deps, record_events
     FROM src ORDER BY ord
     ON CONFLICT DO NOTHING
     RETURNING {fragment:inserted_columns},
-              CASE WHEN $21::text IS NOT NULL THEN set_config('synchronous_commit', $21, true) END
+              CASE WHEN $3::text IS NOT NULL THEN set_config('synchronous_commit', $3, true) END
 ),
 {fragment:added_events},
 notified AS (
-    SELECT {schema}.wake(array_agg(DISTINCT queue), (SELECT array_agg(queue) FROM added), $20,
-                         $22) AS queues
+    SELECT {schema}.wake(array_agg(DISTINCT queue), (SELECT array_agg(queue) FROM added), $2,
+                         $4) AS queues
     FROM src
 )
 SELECT src.ord, src.id, ins.id IS NOT NULL AS inserted, (SELECT queues FROM notified)

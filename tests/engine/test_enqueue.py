@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import asyncpg
@@ -18,6 +19,7 @@ from pgjobs import (
     JobQueue,
     JobSpec,
     JsonText,
+    Keep,
     Registry,
     Status,
     UnknownKind,
@@ -394,6 +396,67 @@ async def test_sql_metacharacters_are_plain_data(jobs: JobQueue, seen: list[int]
         and row.queue == nasty
         and row.payload["label"] == nasty
     )
+
+
+async def test_a_batch_writes_every_column_as_one_enqueue_writes_it(
+    jobs: JobQueue, seen: list[int]
+) -> None:
+    """A batch that is not uniform (per-job options) travels as one JSON document; the one-job
+    path binds typed parameters. Both must store the same row, for values that JSON encodes with
+    escapes: quotes, backslashes, non-ASCII and astral characters, a zone that is not UTC with
+    microseconds, a fractional delay, negative numbers, JSON nulls inside a payload."""
+    odd = 'quote " backslash \\ tab \t é ✓ 🎉 \u2028'
+    zone = timezone(timedelta(hours=-3, minutes=-30))
+    specs = [
+        JobSpec(
+            "item",
+            {"n": 1, "label": odd},
+            name=odd,
+            queue="q-" + odd,
+            priority=-7,
+            run_at=datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=zone),
+            max_attempts=9,
+            backoff=Backoff.exponential(1.5, max_delay=30),
+            max_deferrals=4,
+            group_key=odd,
+            tenant=odd,
+            metadata={"m": [odd, None, 1.25, {"x": None}]},
+            keep_completed=Keep(count=3, age=60.5),
+            keep_dead=Keep(count=0),
+            events=True,
+        ),
+        JobSpec("item", {"n": 2}, delay=12.75, dedup_key="d-" + odd, job_key="k-" + odd),
+        JobSpec("measure", {"value": -0.0001}, metadata=None, lifo=True),
+        JobSpec("item", {"n": 3}),
+    ]
+    columns = (
+        "queue, kind, name, payload, priority, max_attempts, max_deferrals, backoff, dedup_key, "
+        "group_key, tenant, metadata, job_key, retention, flow_id, pending_deps, record_events, "
+        "status, attempts, run_at, created_at"
+    )
+
+    async def rows(ids: list[int]) -> list[tuple[Any, ...]]:
+        fetched = await jobs.db.pool.fetch(
+            f"SELECT {columns} FROM {jobs.schema}.jobs WHERE id = ANY($1) ORDER BY id", ids
+        )
+        return [tuple(row) for row in fetched]
+
+    one_by_one = [(await jobs.enqueue_many([spec]))[0].id for spec in specs]
+    single = await rows(one_by_one)
+    await jobs.db.pool.execute(f"DELETE FROM {jobs.schema}.jobs")  # frees the keys
+    batched = await rows([result.id for result in await jobs.enqueue_many(specs)])
+    assert len(batched) == len(specs)
+    for one, many, spec in zip(single, batched, specs, strict=True):
+        assert one[:-2] == many[:-2]  # every column but run_at and created_at
+        if spec.run_at is not None:  # else run_at comes from the clock
+            assert one[-2] == many[-2]
+    assert batched[0][0] == "q-" + odd and batched[0][2] == odd and batched[0][10] == odd
+    assert batched[0][-2] == datetime(2031, 5, 6, 10, 38, 9, 123456, tzinfo=UTC)
+    assert timedelta(seconds=12.7) < batched[1][-2] - batched[1][-1] < timedelta(seconds=13.5)
+    assert batched[2][-2] < batched[3][-2]  # LIFO: before an ordinary job
+    assert json.loads(batched[0][3]) == {"n": 1, "label": odd}
+    assert json.loads(batched[0][11]) == {"m": [odd, None, 1.25, {"x": None}]}
+    assert batched[2][11] is None and json.loads(batched[0][13]) is not None
 
 
 async def test_unknown_column_of_pool_does_not_leak_between_schemas(

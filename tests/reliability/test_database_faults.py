@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -125,6 +127,22 @@ async def _hold_off_the_wal_writer(server: PrivateServer) -> None:
         await admin.close()
 
 
+async def _stop_the_wal_writer(server: PrivateServer) -> None:
+    """SIGSTOP the WAL writer until the server is killed: asynchronous commits then stay in
+    PostgreSQL's WAL buffers whatever else is written (left running, even with a long delay,
+    it writes out every WAL page that fills, and with it any commit before the page's end), so
+    ``server.kill()`` loses every one of them."""
+    admin = await asyncpg.connect(server.dsn)
+    try:
+        pid = await admin.fetchval(
+            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'"
+        )
+    finally:
+        await admin.close()
+    assert pid is not None, "no WAL writer process"
+    os.kill(pid, signal.SIGSTOP)
+
+
 async def _burn_transaction_ids(server: PrivateServer, count: int) -> int:
     """Commit ``count`` transactions that take an id and write nothing else (so no WAL flush);
     the next id to be handed out."""
@@ -226,18 +244,20 @@ async def test_an_event_stream_reads_what_follows_a_crash_that_lost_what_it_had_
     new incarnation, goes back to its last position on disk, and delivers the new job's
     events: nothing after the crash is skipped."""
     jobs = private_jobs
-    await _hold_off_the_wal_writer(private_server)
+    await _hold_off_the_wal_writer(private_server)  # no autovacuum
     async with _pinging_worker(jobs, durability="async") as done:
         stream = jobs.events(["default"])
         try:
-            await stream.start()
+            await stream.start()  # its durable write is the last before the crash
+            await _stop_the_wal_writer(private_server)
             lost = await jobs.enqueue("ping", {"n": 0}, events=True, durability="async")
             before = [await asyncio.wait_for(anext(stream), 30) for _ in range(3)]
             lifecycle = ["added", "active", "completed"]
             assert [(e.event, e.job_id) for e in before] == [(name, lost.id) for name in lifecycle]
             assert await done.get() == 0
             await _burn_transaction_ids(private_server, 50)
-            await asyncio.to_thread(private_server.restart, "immediate")
+            await asyncio.to_thread(private_server.kill)
+            await asyncio.to_thread(private_server.start)
             assert await _count(private_server.dsn, "SELECT count(*) FROM faults.jobs") == 0  # lost
             job = await jobs.enqueue("ping", {"n": 1}, events=True)
             after = [await asyncio.wait_for(anext(stream), 30) for _ in range(3)]

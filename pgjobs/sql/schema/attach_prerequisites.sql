@@ -9,6 +9,11 @@
 -- snapshots, see it ended and resolve its edges now) or waits for this transaction (and its
 -- own resolution, a later statement, sees the edges). Dependents gain one count per counted
 -- edge (open, blocked), taken on their locked rows, as resolve_dependents takes them off.
+--
+-- The edges have no foreign keys (migration 0023): the dependents are locked too (FOR KEY
+-- SHARE, the lock a foreign key check took), so neither end can be deleted until this
+-- transaction ends, and an id whose job is gone (deleted before the lock) is refused with
+-- foreign_key_violation, naming it, before anything is written (job_edges_integrity.sql).
 CREATE OR REPLACE FUNCTION {schema}.attach_prerequisites(
     p_pre bigint[], p_dep bigint[], p_policy text[], p_state text[], p_failure jsonb[],
     p_channel text
@@ -17,8 +22,20 @@ DECLARE
     counted bigint[];
     added   int;
     ended   bigint[];
+    found   bigint[];
+    missing bigint;
 BEGIN
-    PERFORM 1 FROM {schema}.jobs p WHERE p.id = ANY(p_pre) ORDER BY p.id FOR SHARE;
+    SELECT array_agg(p.id) INTO found
+    FROM (SELECT p.id FROM {schema}.jobs p WHERE p.id = ANY(p_pre) ORDER BY p.id FOR SHARE) p;
+    SELECT found || array_agg(d.id) INTO found
+    FROM (SELECT d.id FROM {schema}.jobs d WHERE d.id = ANY(p_dep) ORDER BY d.id
+          FOR KEY SHARE) d;
+    SELECT min(x) INTO missing FROM unnest(p_pre || p_dep) AS x
+    WHERE found IS NULL OR NOT x = ANY(found);
+    IF missing IS NOT NULL THEN
+        RAISE EXCEPTION 'no job % for a dependency edge', missing
+            USING ERRCODE = 'foreign_key_violation';
+    END IF;
     WITH inserted AS (
         INSERT INTO {schema}.job_edges (prerequisite_id, dependent_id, policy, state, failure)
         SELECT * FROM unnest(p_pre, p_dep, p_policy, p_state, p_failure)

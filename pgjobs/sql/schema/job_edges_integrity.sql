@@ -1,0 +1,36 @@
+-- The integrity of job_edges, which names its jobs by id without foreign keys (migration 0023).
+--
+-- Every edge names two existing jobs: edges are written only by statements that wrote both
+-- jobs in the same transaction (a flow, a flow's rerun) or by attach_prerequisites, which
+-- locks the jobs it is given and refuses an id with no job; a job deleted takes its edges
+-- with it, in the deleting statement (the trigger below, as ON DELETE CASCADE did). A delete
+-- racing an attach: the attach's locks make the delete wait for its commit, and the delete's
+-- trigger, a new statement with a fresh snapshot, then sees the new edge and deletes it too;
+-- a delete that committed first leaves no row to lock, and the attach is refused.
+
+-- drop_deleted_jobs_edges: after a statement that deleted jobs, the edges of those jobs, by
+-- either end (each through its index: the key for the prerequisite, job_edges_dependent_idx).
+CREATE OR REPLACE FUNCTION {schema}.drop_deleted_jobs_edges() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    DELETE FROM {schema}.job_edges e USING deleted_jobs d WHERE e.prerequisite_id = d.id;
+    DELETE FROM {schema}.job_edges e USING deleted_jobs d WHERE e.dependent_id = d.id;
+    RETURN NULL;
+END
+$fn$;
+
+-- truncate_job_edges: TRUNCATE of jobs empties job_edges too (a foreign key made TRUNCATE of
+-- jobs alone an error; CASCADE emptied both).
+CREATE OR REPLACE FUNCTION {schema}.truncate_job_edges() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    TRUNCATE {schema}.job_edges;
+    RETURN NULL;
+END
+$fn$;
+
+CREATE OR REPLACE TRIGGER jobs_drop_edges AFTER DELETE ON {schema}.jobs
+    REFERENCING OLD TABLE AS deleted_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.drop_deleted_jobs_edges();
+CREATE OR REPLACE TRIGGER jobs_truncate_edges AFTER TRUNCATE ON {schema}.jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.truncate_job_edges();
