@@ -72,6 +72,12 @@ async def test_deleting_a_job_deletes_its_edges_at_either_end(jobs: JobQueue, pl
     await chain(jobs, plain)
     await jobs.db.pool.execute(f"TRUNCATE {jobs.schema}.jobs CASCADE")  # job_logs refers
     assert await edges(jobs) == []
+    await chain(jobs, plain)  # a TRUNCATE naming both tables (a test's reset, say)
+    await jobs.db.pool.execute(f"TRUNCATE {jobs.schema}.jobs, {jobs.schema}.job_edges CASCADE")
+    assert (
+        await edges(jobs) == []
+        and await jobs.db.pool.fetchval(f"SELECT count(*) FROM {jobs.schema}.jobs") == 0
+    )
 
 
 async def test_a_dependency_on_a_job_that_is_gone_is_refused(jobs: JobQueue, plain: str) -> None:

@@ -20,11 +20,12 @@ END
 $fn$;
 
 -- truncate_job_edges: TRUNCATE of jobs empties job_edges too (a foreign key made TRUNCATE of
--- jobs alone an error; CASCADE emptied both).
+-- jobs alone an error; CASCADE emptied both). A DELETE, not a TRUNCATE: a TRUNCATE that names
+-- both tables has emptied job_edges already, and may not be followed by another of it.
 CREATE OR REPLACE FUNCTION {schema}.truncate_job_edges() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
 BEGIN
-    TRUNCATE {schema}.job_edges;
+    DELETE FROM {schema}.job_edges;
     RETURN NULL;
 END
 $fn$;
