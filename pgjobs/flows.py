@@ -293,11 +293,17 @@ class Flows:
     ) -> None:
         """Make the existing pending or running job ``dependent_id`` wait for the existing job
         ``prerequisite_id`` (whatever its flow), in one transaction; a prerequisite already
-        finished is resolved at once by ``policy``. Refused if it would close a cycle."""
+        finished is resolved at once by ``policy``. Both jobs must belong to ``tenant`` (unless
+        ``any_tenant``): another tenant's prerequisite is refused as if it did not exist.
+        Refused if it would close a cycle."""
         policy = EdgePolicy(policy)
 
         async def write(conn: Connection) -> None:
             await self._lock_dependent(conn, dependent_id, tenant, any_tenant)
+            if not await self._db.fetchval(
+                "job_visible", prerequisite_id, tenant, any_tenant, conn=conn
+            ):
+                raise InvalidFlow(f"no job {prerequisite_id} to depend on")
             if prerequisite_id == dependent_id or await self._db.fetchval(
                 "depends_on", prerequisite_id, dependent_id, conn=conn
             ):

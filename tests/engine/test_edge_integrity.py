@@ -160,3 +160,15 @@ async def test_stress_dependencies_added_while_jobs_are_purged(jobs: JobQueue, p
     assert added > 0 and purged > 0
     assert await orphans(jobs) == 0
     assert await miscounted(jobs) == []
+
+
+async def test_a_tenant_cannot_depend_on_another_tenants_job(jobs: JobQueue, plain: str) -> None:
+    """Another tenant's job is refused as a prerequisite exactly like a missing one (its
+    existence is not revealed); a caller acting for every tenant may link them."""
+    mine = (await jobs.enqueue(plain, {}, delay=3600, tenant="a")).id
+    theirs = (await jobs.enqueue(plain, {}, delay=3600, tenant="b")).id
+    with pytest.raises(InvalidFlow, match=f"no job {theirs} to depend on"):
+        await jobs.add_dependency(theirs, mine, tenant="a")
+    assert await edges(jobs) == []
+    await jobs.add_dependency(theirs, mine, any_tenant=True)
+    assert await edges(jobs) == [(theirs, mine, "open")]
