@@ -467,16 +467,21 @@ class JobQueue:
         prerequisite_id: int,
         dependent_id: int,
         *,
+        tenant: str | None = None,
+        any_tenant: bool = False,
         connection: Connection | None = None,
     ) -> bool:
         """Stop ``dependent_id`` waiting for ``prerequisite_id`` (the edge goes; a dependent
-        left with nothing to wait for becomes claimable). False if there was no such edge."""
+        left with nothing to wait for becomes claimable). False if there was no such edge, or
+        if either job belongs to a tenant other than ``tenant`` (unless ``any_tenant``)."""
         return bool(
             await self.db.fetchval(
                 "detach_prerequisite",
                 prerequisite_id,
                 dependent_id,
                 notify_channel(self.db.schema),
+                tenant,
+                any_tenant,
                 conn=connection,
             )
         )

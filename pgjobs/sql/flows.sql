@@ -167,8 +167,14 @@ SELECT {schema}.attach_prerequisites($1::bigint[], $2::bigint[], $3::text[], $4:
 SELECT pending_deps FROM {schema}.jobs WHERE id = $1 AND lock_token = $2 AND status = 'running';
 
 -- name: detach_prerequisite
--- Remove edge $1 -> $2 (sql/schema/attach_prerequisites.sql); $3: channel.
-SELECT {schema}.detach_prerequisite($1::bigint, $2::bigint, $3::text);
+-- Remove edge $1 -> $2 (sql/schema/attach_prerequisites.sql); $3: channel. Only when neither
+-- job belongs to a tenant other than $4 (any tenant with $5): false, as for no edge, otherwise.
+-- (A job's tenant never changes, so the check cannot go stale before the removal.)
+SELECT CASE WHEN $5::bool OR NOT EXISTS (SELECT FROM {schema}.jobs j
+                                         WHERE j.id IN ($1::bigint, $2::bigint)
+                                           AND j.tenant IS DISTINCT FROM $4::text)
+            THEN {schema}.detach_prerequisite($1::bigint, $2::bigint, $3::text)
+            ELSE false END;
 
 -- name: dependents_of
 -- The jobs that wait for job $1 (tenant-scoped by $2/$3), with the state of each edge.

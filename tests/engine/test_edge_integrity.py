@@ -172,3 +172,15 @@ async def test_a_tenant_cannot_depend_on_another_tenants_job(jobs: JobQueue, pla
     assert await edges(jobs) == []
     await jobs.add_dependency(theirs, mine, any_tenant=True)
     assert await edges(jobs) == [(theirs, mine, "open")]
+    # removing the edge is scoped the same way: neither tenant alone may, nor the default
+    for tenant in ("a", "b", None):
+        assert not await jobs.remove_dependency(theirs, mine, tenant=tenant)
+    assert await edges(jobs) == [(theirs, mine, "open")]
+    assert await jobs.remove_dependency(theirs, mine, any_tenant=True)
+    assert await edges(jobs) == []
+    same = (await jobs.enqueue(plain, {}, delay=3600, tenant="a")).id
+    await jobs.add_dependency(same, mine, tenant="a")
+    assert not await jobs.remove_dependency(same, mine)  # the default is the jobs without one
+    assert await jobs.remove_dependency(same, mine, tenant="a")
+    row = await jobs.get(mine, tenant="a")
+    assert row is not None and row.pending_deps == 0
