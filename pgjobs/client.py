@@ -493,10 +493,13 @@ class JobQueue:
         rows = await self.db.fetch("dependents_of", job_id, tenant, any_tenant)
         return [dict(row) for row in rows]
 
-    async def prerequisite_results(self, job_id: int) -> list[dict[str, Any]]:
+    async def prerequisite_results(
+        self, job_id: int, *, tenant: str | None = None, any_tenant: bool = False
+    ) -> list[dict[str, Any]]:
         """Each prerequisite of ``job_id``: id, kind, name, queue, status, output, edge policy,
-        edge state and the failure recorded on the edge."""
-        return await read_prerequisites(self.db, job_id)
+        edge state and the failure recorded on the edge; none when ``job_id`` belongs to a
+        tenant other than ``tenant`` (unless ``any_tenant``)."""
+        return await read_prerequisites(self.db, job_id, tenant=tenant, any_tenant=any_tenant)
 
     # -- operations ------------------------------------------------------------------------
 

@@ -17,10 +17,13 @@ from pgjobs.outcomes import Outcome, decide
 _UNSET: Any = object()
 
 
-async def read_prerequisites(db: Database, job_id: int) -> list[dict[str, Any]]:
+async def read_prerequisites(
+    db: Database, job_id: int, *, tenant: str | None = None, any_tenant: bool = True
+) -> list[dict[str, Any]]:
     """Each prerequisite of ``job_id``: id, kind, name, queue, job_key, status, output
-    (decoded), and the policy, state and recorded failure (decoded) of its edge."""
-    rows = await db.fetch("prerequisite_results", job_id)
+    (decoded), and the policy, state and recorded failure (decoded) of its edge. None unless
+    ``job_id`` belongs to ``tenant`` (any tenant by default: a job reading its own)."""
+    rows = await db.fetch("prerequisite_results", job_id, tenant, any_tenant)
     return [
         {
             **dict(row),

@@ -145,11 +145,14 @@ SELECT count(*) FROM {schema}.jobs j WHERE {where} AND j.status = 'running';
 
 -- name: prerequisite_results
 -- What a dependent can read of its prerequisites: status, output, and the failure an
--- ignore/continue/cascade edge recorded.
+-- ignore/continue/cascade edge recorded. Nothing unless dependent $1 belongs to tenant $2 (or
+-- $3: any tenant).
 SELECT e.prerequisite_id AS id, j.kind, j.name, j.queue, j.job_key, j.status, j.output, e.policy,
        e.state, e.failure
 FROM {schema}.job_edges e JOIN {schema}.jobs j ON j.id = e.prerequisite_id
 WHERE e.dependent_id = $1
+  AND ($3::bool OR EXISTS (SELECT FROM {schema}.jobs d
+                           WHERE d.id = $1 AND d.tenant IS NOT DISTINCT FROM $2::text))
 ORDER BY e.prerequisite_id;
 
 -- name: reschedule

@@ -176,6 +176,11 @@ async def test_a_tenant_cannot_depend_on_another_tenants_job(jobs: JobQueue, pla
     for tenant in ("a", "b", None):
         assert not await jobs.remove_dependency(theirs, mine, tenant=tenant)
     assert await edges(jobs) == [(theirs, mine, "open")]
+    # what a job's prerequisites produced is read only for the dependent's own tenant
+    assert [p["id"] for p in await jobs.prerequisite_results(mine, tenant="a")] == [theirs]
+    assert await jobs.prerequisite_results(mine, tenant="b") == []
+    assert await jobs.prerequisite_results(mine) == []
+    assert len(await jobs.prerequisite_results(mine, any_tenant=True)) == 1
     assert await jobs.remove_dependency(theirs, mine, any_tenant=True)
     assert await edges(jobs) == []
     same = (await jobs.enqueue(plain, {}, delay=3600, tenant="a")).id
