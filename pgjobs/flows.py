@@ -300,8 +300,10 @@ class Flows:
 
         async def write(conn: Connection) -> None:
             await self._lock_dependent(conn, dependent_id, tenant, any_tenant)
-            if not await self._db.fetchval(
-                "job_visible", prerequisite_id, tenant, any_tenant, conn=conn
+            # job_kind (operations.sql) is None for a job missing or of another tenant
+            if (
+                await self._db.fetchval("job_kind", prerequisite_id, tenant, any_tenant, conn=conn)
+                is None
             ):
                 raise InvalidFlow(f"no job {prerequisite_id} to depend on")
             if prerequisite_id == dependent_id or await self._db.fetchval(

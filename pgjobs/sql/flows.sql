@@ -136,11 +136,6 @@ SELECT id, status, flow_id, tenant FROM {schema}.jobs
 WHERE id = $1 AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text)
 FOR UPDATE;
 
--- name: job_visible
--- Whether job $1 exists for tenant $2 (for any tenant with $3).
-SELECT EXISTS (SELECT FROM {schema}.jobs
-               WHERE id = $1 AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text));
-
 -- name: adopt_into_flow
 -- Give job $1 (tenant $2) a flow of its own, so that prerequisites added later share it.
 WITH f AS (INSERT INTO {schema}.flows (tenant) VALUES ($2) RETURNING id)
