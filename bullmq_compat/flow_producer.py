@@ -142,33 +142,55 @@ class FlowProducer:
             raise InvalidOption(
                 "queueName", f"every flow node needs a queueName (node {node.get('name')!r})"
             )
-        defaults = (queues_options.get(queue_name) or {}).get("defaultJobOptions", {})
-        opts = {**defaults, **(node.get("opts") or {})}
-        job_opts = {k: v for k, v in opts.items() if k not in FAILURE_OPTIONS and k != "parent"}
+        defaults = (queues_options.get(queue_name) or {}).get("defaultJobOptions")
+        own = node.get("opts")
+        if defaults or own:
+            opts = {**(defaults or {}), **(own or {})}
+            job_opts = {k: v for k, v in opts.items() if k not in FAILURE_OPTIONS and k != "parent"}
+            policy = edge_policy(opts)
+        else:  # a node without options (the common case): no merge, BullMQ's default edge
+            job_opts = {}
+            policy = pgjobs.EdgePolicy.BLOCK
         if job_opts:
             options = enqueue_options(node.get("name", ""), job_opts, self.prefix, queue_name)
-        else:  # a node without options (the common case): its queue's, computed once per name
+        else:  # its queue's options for a job without options, computed once per name
             options = self._queue(queue_name)._plain(node.get("name", ""))
         graph.add(handle, KIND, node_data(node.get("data")), **options)
         if parent is not None:
-            graph.edge(handle, parent, edge_policy(opts))
-        for index, child in enumerate(node.get("children") or []):
+            graph.edge(handle, parent, policy)
+        for index, child in enumerate(node.get("children") or ()):
             self._build(graph, child, f"{handle}.{index}", handle, queues_options)
 
-    def _result(self, node: dict[str, Any], handle: str, ids: dict[str, int]) -> dict[str, Any]:
+    def _result(
+        self,
+        node: dict[str, Any],
+        handle: str,
+        ids: dict[str, int],
+        shared: dict[str, dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """The tree of ``{"job": Job, "children": [...]}``. The jobs without options of one
+        queue share the fields they do not own until read, as a bulk's do (``Job.of_bulk``)."""
+        if shared is None:
+            shared = {}
         queue = self._queue(node["queueName"])
         opts = node.get("opts") or {}
-        if handle in ids:
-            job = queue.added(node.get("name", ""), node.get("data"), opts, ids[handle])
+        name = node.get("name", "")
+        if handle not in ids:
+            job = Job(queue, name, node.get("data"), opts)
+        elif opts:
+            job = queue.added(name, node.get("data"), opts, ids[handle])
         else:
-            job = Job(queue, node.get("name", ""), node.get("data"), opts)
-        children = [
-            self._result(child, f"{handle}.{i}", ids)
-            for i, child in enumerate(node.get("children") or [])
-        ]
+            fields = shared.get(queue.name)
+            if fields is None:
+                fields = shared[queue.name] = Job.shared_fields(queue, {})
+            job = Job.sharing(queue, name, node.get("data"), ids[handle], fields)
         result: dict[str, Any] = {"job": job}
+        children = node.get("children")
         if children:
-            result["children"] = children
+            result["children"] = [
+                self._result(child, f"{handle}.{i}", ids, shared)
+                for i, child in enumerate(children)
+            ]
         return result
 
     async def close(self) -> None:

@@ -143,20 +143,32 @@ class Job:
         ``jobId``: each reads as ``Job(queue, name, data, opts, str(engine id))`` would, but
         holds only its own fields; the rest, worked out once for the bulk, is taken on first
         read (building a thousand full jobs was a sixth of a thousand-job ``addBulk``)."""
+        shared = cls.shared_fields(queue, opts)
+        return [cls.sharing(queue, name, data, engine_id, shared) for name, data, engine_id in jobs]
+
+    @classmethod
+    def shared_fields(cls, queue: Queue, opts: dict[str, Any]) -> dict[str, Any]:
+        """The fields that jobs of ``queue`` added together with ``opts`` (no ``jobId``) have in
+        common: all but queue, name, data and id."""
         shared = dict(vars(cls(queue, "", None, opts)))
         for own in ("queue", "name", "data", "id"):
             del shared[own]
-        built = []
-        for name, data, engine_id in jobs:
-            job = cls.__new__(cls)
-            job.queue = queue
-            job.name = name
-            job.data = data
-            job.id = str(engine_id)
-            job.engine_id = engine_id
-            job._shared = shared
-            built.append(job)
-        return built
+        return shared
+
+    @classmethod
+    def sharing(
+        cls, queue: Queue, name: str, data: Any, engine_id: int, shared: dict[str, Any]
+    ) -> Job:
+        """A job holding its own fields and taking the rest from ``shared`` (``shared_fields``)
+        on first read."""
+        job = cls.__new__(cls)
+        job.queue = queue
+        job.name = name
+        job.data = data
+        job.id = str(engine_id)
+        job.engine_id = engine_id
+        job._shared = shared
+        return job
 
     @classmethod
     def from_row(cls, queue: Queue, row: JobRow) -> Job:

@@ -34,6 +34,9 @@ MAX_DELAY_MS = 100 * 365 * 24 * 3600 * 1000  # the engine's bound (a century), i
 MAX_ATTEMPTS = 1_000_000
 MAX_ID_BYTES = 1024
 MAX_QUEUE_BYTES = 128
+_COMPACT = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+"""``json.dumps(value, separators=(",", ":"), allow_nan=False)`` without building an encoder
+per call (a flow or a bulk encodes each job's data)."""
 
 
 def _text(option: str, value: Any, max_bytes: int = MAX_ID_BYTES) -> str:
@@ -71,7 +74,7 @@ def json_data(value: Any, option: str = "data") -> Any:
     """``value`` as BullMQ stores it: what ``json.loads(json.dumps(value))`` gives back. Raises
     what ``json.dumps`` raises for a value BullMQ's client refuses (TypeError for a set, bytes,
     a Decimal, a datetime...; ValueError for NaN and infinities), with Python's own message."""
-    return json.loads(json.dumps(value, separators=(",", ":"), allow_nan=False))
+    return json.loads(_COMPACT.encode(value))
 
 
 def stored_data(value: Any) -> tuple[Any, str | None]:
@@ -80,7 +83,7 @@ def stored_data(value: Any) -> tuple[Any, str | None]:
     BullMQ stores any JSON text), a jsonb-safe copy plus the exact JSON (base64 of its UTF-8)
     for ``metadata.bullmq.raw_data``. One serialisation (``_jsonb_holds`` says when it is
     parsed again)."""
-    text = json.dumps(value, separators=(",", ":"), allow_nan=False)  # ASCII, as BullMQ's
+    text = _COMPACT.encode(value)  # ASCII, as BullMQ's
     if _jsonb_holds(text):
         return JsonText(text), None
     return jsonb_safe(json.loads(text)), base64.b64encode(text.encode()).decode()
@@ -97,7 +100,7 @@ def stored_data_array(values: list[Any]) -> JsonText | None:
     bulk), or None when some value needs more than its JSON text (or is not JSON at all):
     then each goes through ``stored_data``, which keeps or refuses it as for a single add."""
     try:
-        text = json.dumps(values, separators=(",", ":"), allow_nan=False)
+        text = _COMPACT.encode(values)
     except (TypeError, ValueError):
         return None
     return JsonText(text) if _jsonb_holds(text) else None

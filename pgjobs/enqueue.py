@@ -184,9 +184,8 @@ def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
             None,
             retention=kind.retention_json,
         )
-    if spec.run_at is not None and spec.delay is not None:
-        raise InvalidOption("delay", "give either run_at or delay, not both")
-    run_at = validation.run_at(spec.run_at)
+    common = _common_columns(spec, kind)
+    run_at = common.run_at
     if spec.lifo:
         if run_at is not None or spec.delay:
             raise InvalidOption("lifo", "a LIFO job cannot also be delayed")
@@ -197,6 +196,93 @@ def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
             metadata = jsonvalue.dumps(spec.metadata)
         except jsonvalue.NotJson as exc:
             raise InvalidOption("metadata", str(exc)) from None
+    dedup_key = validation.text("dedup_key", spec.dedup_key)
+    hold = _dedup_hold(spec, dedup_key)
+    name = spec.name if spec.name is not None else kind.label(typed)
+    group_key = spec.group_key if spec.group_key is not None else kind.group(typed)
+    return PreparedJob(
+        queue=common.queue,
+        kind=kind.name,
+        name=_name(name),
+        payload=payload,
+        priority=common.priority,
+        run_at=run_at,
+        delay=common.delay,
+        max_attempts=common.max_attempts,
+        max_deferrals=common.max_deferrals,
+        backoff=common.backoff,
+        dedup_key=None if hold is not None else dedup_key,
+        group_key=validation.text("group_key", group_key),
+        tenant=common.tenant,
+        metadata=metadata,
+        job_key=validation.text("job_key", spec.job_key),
+        retention=common.retention,
+        record_events=bool(spec.events),
+        hold=hold,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _CommonColumns:
+    """The columns a spec's options give whatever its input and name: many specs share them
+    (a flow's nodes, a facade queue's adds), so ``prepare`` validates them once per set."""
+
+    kind: Kind[Any]
+    queue: str
+    priority: int
+    run_at: datetime | None
+    delay: float | None
+    max_attempts: int
+    max_deferrals: int
+    backoff: str
+    tenant: str | None
+    retention: str | None
+
+
+_common_memo: dict[tuple[Any, ...], _CommonColumns] = {}
+_COMMON_MEMO_SIZE = 256
+
+
+def _common_columns(spec: JobSpec, kind: Kind[Any]) -> _CommonColumns:
+    """The validated ``_CommonColumns`` of ``spec``, from the memo when options of the same
+    values and types were seen with this very kind; errors are raised as by a first validation
+    and never remembered. The types are part of the key because ``True == 1``: a bool priority
+    must not pass as the integer it equals. Retention rules, and options that cannot be hashed
+    (a dict backoff), are validated each time."""
+    if spec.keep_completed is not None or spec.keep_dead is not None:
+        return _validate_common(spec, kind)
+    key = (
+        kind.name,
+        spec.queue,
+        spec.priority,
+        type(spec.priority),
+        spec.run_at,
+        spec.delay,
+        type(spec.delay),
+        spec.max_attempts,
+        type(spec.max_attempts),
+        spec.max_deferrals,
+        type(spec.max_deferrals),
+        spec.backoff,
+        type(spec.backoff),
+        spec.tenant,
+    )
+    try:
+        known = _common_memo.get(key)
+    except TypeError:  # an unhashable option value
+        return _validate_common(spec, kind)
+    if known is not None and known.kind is kind:
+        return known
+    common = _validate_common(spec, kind)
+    if len(_common_memo) >= _COMMON_MEMO_SIZE:
+        _common_memo.clear()
+    _common_memo[key] = common
+    return common
+
+
+def _validate_common(spec: JobSpec, kind: Kind[Any]) -> _CommonColumns:
+    if spec.run_at is not None and spec.delay is not None:
+        raise InvalidOption("delay", "give either run_at or delay, not both")
     if spec.keep_completed is None and spec.keep_dead is None:
         retention_json = kind.retention_json
     else:
@@ -204,18 +290,12 @@ def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
             spec.keep_completed or kind.keep_completed, spec.keep_dead or kind.keep_dead
         )
         retention_json = None if retention is None else jsonvalue.dumps(retention)
-    dedup_key = validation.text("dedup_key", spec.dedup_key)
-    hold = _dedup_hold(spec, dedup_key)
-    name = spec.name if spec.name is not None else kind.label(typed)
-    group_key = spec.group_key if spec.group_key is not None else kind.group(typed)
-    return PreparedJob(
+    return _CommonColumns(
+        kind=kind,
         # The kind's own settings were validated when it was declared.
         queue=kind.queue if spec.queue is None else validation.queue(spec.queue),
-        kind=kind.name,
-        name=_name(name),
-        payload=payload,
         priority=kind.priority if spec.priority is None else validation.priority(spec.priority),
-        run_at=run_at,
+        run_at=validation.run_at(spec.run_at),
         delay=validation.delay_seconds(spec.delay),
         max_attempts=(
             kind.max_attempts
@@ -228,14 +308,8 @@ def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
             else validation.max_deferrals(spec.max_deferrals)
         ),
         backoff=kind.backoff_json if spec.backoff is None else _backoff_text(spec.backoff),
-        dedup_key=None if hold is not None else dedup_key,
-        group_key=validation.text("group_key", group_key),
         tenant=validation.text("tenant", spec.tenant, max_bytes=256),
-        metadata=metadata,
-        job_key=validation.text("job_key", spec.job_key),
         retention=retention_json,
-        record_events=bool(spec.events),
-        hold=hold,
     )
 
 

@@ -229,3 +229,51 @@ async def test_a_flow_producers_add_is_one_span_and_every_job_carries_its_trace(
     for job in (tree["job"], *(child["job"] for child in tree["children"])):
         row = await jobs.get(job.engine_id)
         assert row is not None and row.metadata["otel"]["traceparent"].split("-")[1] == trace_id
+
+
+async def test_a_flows_jobs_read_as_the_adds_of_their_queues_with_their_own_opts(
+    opts: dict,
+) -> None:
+    """The jobs FlowProducer.add returns read field for field as ``Queue.add`` of the same
+    node would return them (but the id, the name, the data and the timestamp), across queues
+    and with or without options; each has its own ``opts`` and ``stacktrace``."""
+    producer = FlowProducer(opts)
+    tree = await producer.add(
+        {
+            "name": "root",
+            "queueName": "flow-built-a",
+            "data": {"r": 1},
+            "children": [
+                {"name": "c0", "queueName": "flow-built-a", "data": {"i": 0}},
+                {"name": "c1", "queueName": "flow-built-b", "data": {"i": 1}},
+                {
+                    "name": "c2",
+                    "queueName": "flow-built-a",
+                    "data": {"i": 2},
+                    "opts": {"attempts": 3},
+                },
+                {"name": "c3", "queueName": "flow-built-a", "data": {"i": 3}},
+            ],
+        }
+    )
+    await producer.close()
+    queues = {name: Queue(name, opts) for name in ("flow-built-a", "flow-built-b")}
+    own = ("id", "engine_id", "name", "data", "timestamp", "queue")
+    child_queues = ["flow-built-a", "flow-built-b", "flow-built-a", "flow-built-a"]
+    nodes = [(tree, "flow-built-a", "root", {"r": 1}, None)] + [
+        (child, queue, f"c{i}", {"i": i}, {"attempts": 3} if i == 2 else None)
+        for i, (child, queue) in enumerate(zip(tree["children"], child_queues, strict=True))
+    ]
+    for node, queue_name, name, data, job_opts in nodes:
+        job = node["job"]
+        single = await queues[queue_name].add(name, data, job_opts)
+        assert (job.name, job.data, job.id) == (name, data, str(job.engine_id))
+        assert (job.queue.name, job.queueQualifiedName) == (queue_name, f"bull:{queue_name}")
+        fields = [k for k in vars(single) if k not in own]
+        assert {k: getattr(job, k) for k in fields} == {k: getattr(single, k) for k in fields}
+    first, last = tree["children"][0]["job"], tree["children"][3]["job"]
+    first.opts["attempts"] = 9
+    first.stacktrace.append("trace")
+    assert (last.opts, last.stacktrace) == (single.opts, [])
+    for queue in queues.values():
+        await queue.close()

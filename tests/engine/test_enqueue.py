@@ -24,6 +24,7 @@ from pgjobs import (
     Status,
     UnknownKind,
 )
+from pgjobs.enqueue import prepare
 
 
 class Item(pydantic.BaseModel):
@@ -396,6 +397,43 @@ async def test_sql_metacharacters_are_plain_data(jobs: JobQueue, seen: list[int]
         and row.queue == nasty
         and row.payload["label"] == nasty
     )
+
+
+@pytest.mark.parametrize(
+    ("option", "valid", "equal_but_invalid"),
+    [
+        ("priority", 1, True),
+        ("max_attempts", 1, True),
+        ("max_attempts", 2, 2.0),
+        ("max_deferrals", 0, False),
+        ("delay", 0, False),
+    ],
+)
+def test_options_validated_before_are_not_taken_for_equal_values_of_another_type(
+    option: str, valid: Any, equal_but_invalid: Any
+) -> None:
+    """prepare remembers validated option sets; True == 1 must not let a bool through."""
+    registry = Registry()
+    registry.declare("item", input=Item)
+    prepare(JobSpec("item", {"n": 1}, **{option: valid}), registry)
+    with pytest.raises(InvalidOption) as info:
+        prepare(JobSpec("item", {"n": 1}, **{option: equal_but_invalid}), registry)
+    assert info.value.option == option
+
+
+def test_remembered_options_belong_to_the_kind_they_were_validated_with() -> None:
+    """Two registries declaring one kind name differently: the same options give each its
+    own kind's columns."""
+    first, second = Registry(), Registry()
+    first.declare("item", input=Item, queue="first", max_attempts=3)
+    second.declare("item", input=Item, queue="second", max_attempts=7)
+    for registry, queue, attempts in (
+        (first, "first", 3),
+        (second, "second", 7),
+        (first, "first", 3),
+    ):
+        job = prepare(JobSpec("item", {"n": 1}, priority=5, name="same"), registry)
+        assert (job.queue, job.max_attempts, job.priority) == (queue, attempts, 5)
 
 
 async def test_a_batch_writes_every_column_as_one_enqueue_writes_it(
