@@ -42,6 +42,13 @@ async def test_each_write_path_sets_its_transactions_commit_mode(
         specs = [JobSpec("item", {"n": i}) for i in range(3)]
         await jobs.enqueue_many(specs, connection=conn, durability=durability)
 
+    async def mixed(conn) -> None:  # per-job options: the JSON-document statement
+        specs = [JobSpec("item", {"n": i}, job_key=f"k{i}", priority=i) for i in range(3)]
+        await jobs.enqueue_many(specs, connection=conn, durability=durability)
+
+    async def batch(conn) -> None:
+        await jobs.enqueue_batch("item", [{"n": 1}, {"n": 2}], connection=conn, durability=durability)
+
     async def flow(conn) -> None:
         built = Flow()
         built.add("a", "item", {})
@@ -54,7 +61,7 @@ async def test_each_write_path_sets_its_transactions_commit_mode(
             "item", {}, dedup_key="k", dedup_ttl=60, connection=conn, durability=durability
         )
 
-    for write in (one, many, flow, held_dedup):
+    for write in (one, many, mixed, batch, flow, held_dedup):
         assert await _commit_mode_after(jobs, write) == expected, write.__name__
 
 
