@@ -176,8 +176,8 @@ async def test_two_enqueues_never_take_one_slot(jobs: JobQueue, pool: asyncpg.Po
 
 @pytest.mark.usefixtures("kinds")
 async def test_a_slot_taken_is_not_taken_again(jobs: JobQueue) -> None:
-    """The slot is read again, locked, as of now (a statement after the one that found the
-    registration): once an enqueue has taken it and committed, the next one finds it full."""
+    """Once an enqueue has taken the last slot and committed, the next one finds it full and
+    writes its job pending."""
     worker = await _register(jobs, free=1)
     first = await jobs.enqueue("x", {"n": 1})
     second = await jobs.enqueue("x", {"n": 2})
