@@ -144,20 +144,16 @@ class FlowProducer:
             )
         defaults = (queues_options.get(queue_name) or {}).get("defaultJobOptions")
         own = node.get("opts")
-        if defaults or own:
-            opts = {**(defaults or {}), **(own or {})}
-            job_opts = {k: v for k, v in opts.items() if k not in FAILURE_OPTIONS and k != "parent"}
-            policy = edge_policy(opts)
-        else:  # a node without options (the common case): no merge, BullMQ's default edge
-            job_opts = {}
-            policy = pgjobs.EdgePolicy.BLOCK
+        # a node without options (the common case): nothing to merge or filter
+        opts = {**(defaults or {}), **(own or {})} if defaults or own else {}
+        job_opts = {k: v for k, v in opts.items() if k not in FAILURE_OPTIONS and k != "parent"}
         if job_opts:
             options = enqueue_options(node.get("name", ""), job_opts, self.prefix, queue_name)
         else:  # its queue's options for a job without options, computed once per name
             options = self._queue(queue_name)._plain(node.get("name", ""))
         graph.add(handle, KIND, node_data(node.get("data")), **options)
         if parent is not None:
-            graph.edge(handle, parent, policy)
+            graph.edge(handle, parent, edge_policy(opts))
         for index, child in enumerate(node.get("children") or ()):
             self._build(graph, child, f"{handle}.{index}", handle, queues_options)
 
