@@ -189,6 +189,56 @@ async def test_a_slot_taken_is_not_taken_again(jobs: JobQueue) -> None:
 
 
 @pytest.mark.usefixtures("kinds")
+async def test_a_slot_taken_after_the_enqueue_began_is_seen_as_taken(
+    jobs: JobQueue, pool: asyncpg.Pool
+) -> None:
+    """The window one statement leaves: another transaction takes the last slot and commits
+    after the enqueue's slot statement took its snapshot, before it locks the registration.
+    The lock reads the row as that commit left it (READ COMMITTED's recheck of an updated
+    row), so the enqueue finds no slot and writes its job pending; no slot is taken twice.
+
+    To stop the statement in that window: its plan is generic and uses the queue_settings
+    index, and another transaction holds that index ACCESS EXCLUSIVE (a REINDEX, rolled back
+    afterwards), so the statement waits when its executor opens the index, after its snapshot
+    (the tables' locks, taken before the snapshot, do not conflict)."""
+    worker = await _register(jobs, free=1)
+    taken_by_other = uuid.uuid4()
+    async with pool.acquire() as enqueuer, pool.acquire() as holder:
+        await enqueuer.execute("SET enable_seqscan = off")
+        await enqueuer.execute("SET plan_cache_mode = force_generic_plan")
+        # plan the function's statements on this connection (a job of another queue: not one
+        # waiting ahead of the next), so that the next call plans nothing (planning would lock
+        # the index before the snapshot)
+        await _enqueue_statement(jobs, 0, queue="elsewhere")(enqueuer)
+        holding = holder.transaction()
+        await holding.start()
+        try:
+            await holder.execute(f"REINDEX INDEX {jobs.schema}.queue_settings_pkey")
+            running = asyncio.create_task(_enqueue_statement(jobs, 1)(enqueuer))
+
+            async def stopped_at_the_index() -> bool:
+                blockers = await pool.fetchval(
+                    "SELECT pg_blocking_pids($1)", enqueuer.get_server_pid()
+                )
+                return holder.get_server_pid() in blockers
+
+            await eventually(stopped_at_the_index)
+            await pool.execute(  # what a handing enqueue does to the registration, committed
+                f"UPDATE {jobs.schema}.idle_workers SET free = free - 1,"
+                " handed = handed || $2::uuid WHERE worker = $1",
+                worker,
+                taken_by_other,
+            )
+        finally:
+            await holding.rollback()
+        enqueued = await running
+    row = await _row(jobs, enqueued["id"])
+    assert row["status"] == "pending" and row["lock_token"] is None
+    registration = await _registration(jobs, worker)
+    assert registration["free"] == 0 and registration["handed"] == [taken_by_other]
+
+
+@pytest.mark.usefixtures("kinds")
 async def test_a_claim_waits_for_the_handing_enqueue_and_collects_its_job(
     jobs: JobQueue, pool: asyncpg.Pool
 ) -> None:
