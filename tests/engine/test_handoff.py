@@ -46,16 +46,19 @@ def kinds(registry: Registry) -> None:
         return item.n
 
 
-async def _register(jobs: JobQueue, *, free: int = 1, expires: str = "1 minute") -> uuid.UUID:
+async def _register(
+    jobs: JobQueue, *, free: int = 1, expires: str = "1 minute", queue: str = "default"
+) -> uuid.UUID:
     """A registration as an idle worker makes it (idle_state), for a worker of our own."""
     worker = uuid.uuid4()
     await jobs.db.pool.execute(
         f"INSERT INTO {jobs.schema}.idle_workers (worker, queues, kinds, free, lease, channel,"
-        " expires_at) VALUES ($1, '{default}', '{x}', $2, 30, $3, now() + $4::text::interval)",
+        " expires_at) VALUES ($1, ARRAY[$5], '{x}', $2, 30, $3, now() + $4::text::interval)",
         worker,
         free,
         f"pgjobs_w{worker.hex}",
         expires,
+        queue,
     )
     return worker
 
@@ -206,10 +209,13 @@ async def test_a_slot_taken_after_the_enqueue_began_is_seen_as_taken(
     async with pool.acquire() as enqueuer, pool.acquire() as holder:
         await enqueuer.execute("SET enable_seqscan = off")
         await enqueuer.execute("SET plan_cache_mode = force_generic_plan")
-        # plan the function's statements on this connection (a job of another queue: not one
-        # waiting ahead of the next), so that the next call plans nothing (planning would lock
-        # the index before the snapshot)
-        await _enqueue_statement(jobs, 0, queue="elsewhere")(enqueuer)
+        # plan the function's statements on this connection, so that the next call plans
+        # nothing (planning would lock the index before the snapshot): a job handed to a
+        # worker of another queue (not one waiting ahead of the next)
+        elsewhere = await _register(jobs, queue="elsewhere")
+        warm = await _enqueue_statement(jobs, 0, queue="elsewhere")(enqueuer)
+        assert (await _registration(jobs, elsewhere))["free"] == 0  # the slot's statement ran
+        assert (await _row(jobs, warm["id"]))["status"] == "running"
         holding = holder.transaction()
         await holding.start()
         try:
