@@ -247,10 +247,11 @@ def _common_columns(spec: JobSpec, kind: Kind[Any]) -> _CommonColumns:
     """The validated ``_CommonColumns`` of ``spec``, from the memo when options of the same
     values and types were seen with this very kind; errors are raised as by a first validation
     and never remembered. The types are part of the key because ``True == 1``: a bool priority
-    must not pass as the integer it equals. Retention rules, and options that cannot be hashed
-    (a dict backoff), are validated each time."""
-    if spec.keep_completed is not None or spec.keep_dead is not None:
-        return _validate_common(spec, kind)
+    (or a bool count in a retention rule) must not pass as the integer it equals. Options that
+    cannot be hashed (a dict backoff) are validated each time."""
+    keeps = (spec.keep_completed, spec.keep_dead)
+    if any(keep is not None and type(keep) is not Keep for keep in keeps):
+        return _validate_common(spec, kind)  # which refuses it
     key = (
         kind.name,
         spec.queue,
@@ -266,6 +267,10 @@ def _common_columns(spec: JobSpec, kind: Kind[Any]) -> _CommonColumns:
         spec.backoff,
         type(spec.backoff),
         spec.tenant,
+        *(
+            None if keep is None else (keep.count, type(keep.count), keep.age, type(keep.age))
+            for keep in keeps
+        ),
     )
     try:
         known = _common_memo.get(key)
