@@ -274,6 +274,33 @@ def _deduplication(value: Any) -> dict[str, Any]:
     }
 
 
+def options_key(name: str, opts: dict[str, Any]) -> Any:
+    """A hashable form of ``(name, opts)`` for remembering what ``enqueue_options`` made of
+    them: dicts and lists by their items, each scalar with its type (``True == 1``, and
+    ``attempts: True`` must still be refused after ``attempts: 1``); None when ``opts`` holds
+    anything else (then nothing is remembered)."""
+    try:
+        return (name, _frozen(opts))
+    except _NotFrozen:
+        return None
+
+
+class _NotFrozen(Exception):
+    pass
+
+
+def _frozen(value: Any) -> Any:
+    if value is None or type(value) in (bool, int, float, str):
+        return (type(value), value)
+    if type(value) is dict:
+        if not all(type(key) is str for key in value):
+            raise _NotFrozen
+        return (dict, tuple(sorted((key, _frozen(item)) for key, item in value.items())))
+    if type(value) in (list, tuple):
+        return (type(value), tuple(_frozen(item) for item in value))
+    raise _NotFrozen
+
+
 def enqueue_options(
     name: str, opts: dict[str, Any], prefix: str, queue_name: str, *, events: bool = True
 ) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import logging
 import time
@@ -23,6 +24,7 @@ from bullmq_compat.mapping import (
     enqueue_options,
     facade_registry,
     json_data,
+    options_key,
     stored_data,
     stored_data_array,
     to_engine_priority,
@@ -85,6 +87,9 @@ logger = logging.getLogger("bullmq_compat")
 ADD_RETRY_SECONDS = 20.0
 """How long ``add``/``addBulk`` retry through a connection loss before raising it."""
 
+OPTIONS_MEMO_SIZE = 256
+"""Option sets a queue remembers at most (``Queue._options``); forgotten all at once when full."""
+
 _ONE_JOB_OPTIONS = ("job_key", "dedup_key", "dedup_ttl", "dedup_extend", "dedup_replace", "lifo")
 """Engine options that name or order one job: a bulk with any of them goes job by job."""
 
@@ -121,6 +126,7 @@ class Queue:
         events_opts = ((self.opts.get("streams") or {}).get("events")) or {}
         self._record_events = events_opts.get("maxLen", 10_000) != 0
         self._plain_options: dict[str, dict[str, Any]] = {}  # by job name, for option-less adds
+        self._options_memo: dict[Any, dict[str, Any]] = {}  # by options_key, for the others
         self.closing = False
 
     async def engine(self) -> pgjobs.JobQueue:
@@ -299,10 +305,25 @@ class Queue:
         )
 
     def _options(self, name: str, merged: dict[str, Any]) -> dict[str, Any]:
-        """The engine options of a job named ``name`` with BullMQ options ``merged``."""
+        """The engine options of a job named ``name`` with BullMQ options ``merged``. An
+        application passes a few sets (its queues' ``defaultJobOptions``, mostly): each is
+        mapped once and remembered by value (``options_key``), with its own copy of the
+        options it stores, so that a caller changing its dicts afterwards changes nothing
+        remembered; errors are raised each time."""
         if not merged:
             return self._plain(name)
-        return enqueue_options(name, merged, self.prefix, self.name, events=self._record_events)
+        key = options_key(name, merged)
+        options = None if key is None else self._options_memo.get(key)
+        if options is None:
+            options = enqueue_options(
+                name, merged, self.prefix, self.name, events=self._record_events
+            )
+            if key is not None:
+                options["metadata"] = copy.deepcopy(options["metadata"])
+                if len(self._options_memo) >= OPTIONS_MEMO_SIZE:
+                    self._options_memo.clear()
+                self._options_memo[key] = options
+        return options
 
     async def _add_child(
         self, jobs: pgjobs.JobQueue, spec: JobSpec, opts: dict[str, Any], connection: Any

@@ -85,10 +85,14 @@ def jsonb_unsafe(text: str) -> bool:
     return "\\u0000" in text or _JSONB_UNSAFE.search(text) is not None
 
 
+_COMPACT = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+"""What ``json.dumps`` with these arguments builds for every call (an encoder object), once."""
+
+
 def dumps(value: Any) -> str:
     """Encode ``value`` as compact JSON that jsonb will store unchanged, or raise NotJson."""
     try:
-        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        text = _COMPACT.encode(value)
     except (TypeError, ValueError):
         text = None
     if text is None or jsonb_unsafe(text):
