@@ -125,8 +125,7 @@ class Queue:
         self._registry = facade_registry()
         events_opts = ((self.opts.get("streams") or {}).get("events")) or {}
         self._record_events = events_opts.get("maxLen", 10_000) != 0
-        self._plain_options: dict[str, dict[str, Any]] = {}  # by job name, for option-less adds
-        self._options_memo: dict[Any, dict[str, Any]] = {}  # by options_key, for the others
+        self._options_memo: dict[Any, dict[str, Any]] = {}  # by options_key (Queue._options)
         self.closing = False
 
     async def engine(self) -> pgjobs.JobQueue:
@@ -144,12 +143,8 @@ class Queue:
     # -- adding ----------------------------------------------------------------------------
 
     def _plain(self, name: str) -> dict[str, Any]:
-        """The engine options of a job without options (the common case), once per name."""
-        options = self._plain_options.get(name)
-        if options is None:
-            options = enqueue_options(name, {}, self.prefix, self.name, events=self._record_events)
-            self._plain_options[name] = options
-        return options
+        """The engine options of a job without options (the common case)."""
+        return self._options(name, {})
 
     def _spec(
         self, name: str, data: Any, opts: Mapping[str, Any] | None
@@ -310,8 +305,6 @@ class Queue:
         mapped once and remembered by value (``options_key``), with its own copy of the
         options it stores, so that a caller changing its dicts afterwards changes nothing
         remembered; errors are raised each time."""
-        if not merged:
-            return self._plain(name)
         key = options_key(name, merged)
         options = None if key is None else self._options_memo.get(key)
         if options is None:
