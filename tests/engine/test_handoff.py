@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -92,6 +93,37 @@ def _claim_statement(jobs: JobQueue, worker: uuid.UUID) -> Any:
         )
 
     return run
+
+
+async def _stopped_at_index(
+    pool: asyncpg.Pool,
+    enqueuer: Any,
+    index: str,
+    statement: Any,
+    meanwhile: Callable[[], Awaitable[Any]],
+) -> Any:
+    """Run ``statement`` on ``enqueuer`` while another transaction holds ``index`` ACCESS
+    EXCLUSIVE (a REINDEX, rolled back afterwards); once the statement waits for it, run
+    ``meanwhile`` (committed by itself), then let the statement go on. Returns what
+    ``meanwhile`` and ``statement`` returned."""
+    async with pool.acquire() as holder:
+        holding = holder.transaction()
+        await holding.start()
+        try:
+            await holder.execute(f"REINDEX INDEX {index}")
+            running = asyncio.create_task(statement(enqueuer))
+
+            async def stopped() -> bool:
+                blockers = await pool.fetchval(
+                    "SELECT pg_blocking_pids($1)", enqueuer.get_server_pid()
+                )
+                return holder.get_server_pid() in blockers
+
+            await eventually(stopped)
+            done = await meanwhile()
+        finally:
+            await holding.rollback()
+        return done, await running
 
 
 async def _row(jobs: JobQueue, job_id: int) -> Any:
@@ -206,7 +238,7 @@ async def test_a_slot_taken_after_the_enqueue_began_is_seen_as_taken(
     (the tables' locks, taken before the snapshot, do not conflict)."""
     worker = await _register(jobs, free=1)
     taken_by_other = uuid.uuid4()
-    async with pool.acquire() as enqueuer, pool.acquire() as holder:
+    async with pool.acquire() as enqueuer:
         await enqueuer.execute("SET enable_seqscan = off")
         await enqueuer.execute("SET plan_cache_mode = force_generic_plan")
         # plan the function's statements on this connection, so that the next call plans
@@ -216,32 +248,59 @@ async def test_a_slot_taken_after_the_enqueue_began_is_seen_as_taken(
         warm = await _enqueue_statement(jobs, 0, queue="elsewhere")(enqueuer)
         assert (await _registration(jobs, elsewhere))["free"] == 0  # the slot's statement ran
         assert (await _row(jobs, warm["id"]))["status"] == "running"
-        holding = holder.transaction()
-        await holding.start()
-        try:
-            await holder.execute(f"REINDEX INDEX {jobs.schema}.queue_settings_pkey")
-            running = asyncio.create_task(_enqueue_statement(jobs, 1)(enqueuer))
 
-            async def stopped_at_the_index() -> bool:
-                blockers = await pool.fetchval(
-                    "SELECT pg_blocking_pids($1)", enqueuer.get_server_pid()
-                )
-                return holder.get_server_pid() in blockers
-
-            await eventually(stopped_at_the_index)
-            await pool.execute(  # what a handing enqueue does to the registration, committed
+        async def take_the_slot() -> None:  # what a handing enqueue does, committed
+            await pool.execute(
                 f"UPDATE {jobs.schema}.idle_workers SET free = free - 1,"
                 " handed = handed || $2::uuid WHERE worker = $1",
                 worker,
                 taken_by_other,
             )
-        finally:
-            await holding.rollback()
-        enqueued = await running
+
+        _, enqueued = await _stopped_at_index(
+            pool,
+            enqueuer,
+            f"{jobs.schema}.queue_settings_pkey",
+            _enqueue_statement(jobs, 1),
+            take_the_slot,
+        )
     row = await _row(jobs, enqueued["id"])
     assert row["status"] == "pending" and row["lock_token"] is None
     registration = await _registration(jobs, worker)
     assert registration["free"] == 0 and registration["handed"] == [taken_by_other]
+
+
+@pytest.mark.usefixtures("kinds")
+async def test_a_slot_registered_after_the_enqueue_looked_gets_a_notification(
+    jobs: JobQueue, pool: asyncpg.Pool, pg_dsn: str
+) -> None:
+    """The window the look for a free slot leaves: a worker registers (with a free slot) and
+    commits after the enqueue looked and found none, before the enqueue writes its job. The
+    job is written pending, not handed off, and the enqueue's wake, a later statement under
+    the wake lock, sees the registration and notifies the queue: the worker's claim collects
+    the job. To stop the enqueue there, another transaction holds a REINDEX of one of the
+    jobs table's indexes: the enqueue's INSERT waits for it, after its look."""
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    listening = await asyncpg.connect(pg_dsn)
+    await listening.add_listener(
+        notify_channel(jobs.schema), lambda _c, _p, _ch, payload: heard.put_nowait(payload)
+    )
+    try:
+        async with pool.acquire() as enqueuer:
+            await _enqueue_statement(jobs, 0)(enqueuer)  # plans its statements beforehand
+            worker, enqueued = await _stopped_at_index(  # the look is behind the enqueue
+                pool,
+                enqueuer,
+                f"{jobs.schema}.jobs_flow_idx",
+                _enqueue_statement(jobs, 1),
+                lambda: _register(jobs, free=1),
+            )
+        assert await asyncio.wait_for(heard.get(), timeout=20) == "default"
+    finally:
+        await listening.close()
+    assert (await _row(jobs, enqueued["id"]))["status"] == "pending"
+    registration = await _registration(jobs, worker)
+    assert registration["free"] == 1 and registration["handed"] == []
 
 
 @pytest.mark.usefixtures("kinds")
