@@ -678,22 +678,30 @@ class Queue:
         return result.deleted
 
     async def drain(self, delayed: bool = False) -> None:
-        """Remove waiting and prioritized jobs (and delayed ones with ``delayed=True``)."""
+        """Remove waiting and prioritized jobs (and delayed ones with ``delayed=True``), with
+        no 'removed' events, as BullMQ's drain."""
         states = (SubState.READY,) + ((SubState.DELAYED, SubState.RETRY) if delayed else ())
-        await (await self.engine()).purge(self._filter(sub_state=states))
+        await (await self.engine()).purge(self._filter(sub_state=states), removed_events=False)
 
     async def obliterate(self, force: bool = False) -> None:
-        """Delete every job of the queue; refused while jobs are active unless ``force``."""
+        """Delete every job of the queue; refused while jobs are active unless ``force``. No
+        'removed' events, as BullMQ's obliterate."""
         jobs = await self.engine()
         where = JobFilter(queue=self.qualifiedName)
         async with jobs.transaction() as conn:  # all of it, or (refused) nothing
-            result = await jobs.purge(where, running="cancel" if force else "skip", connection=conn)
+            result = await jobs.purge(
+                where,
+                running="cancel" if force else "skip",
+                connection=conn,
+                removed_events=False,
+            )
             if result.skipped_running:
                 raise RuntimeError("Cannot obliterate queue with active jobs")
 
     async def clean(self, grace: int, limit: int = 0, type: str = "completed") -> list[str]:
         """Remove jobs of state ``type`` older than ``grace`` ms (finished for completed and
-        failed, added for the others), at most ``limit`` (0: all); returns their ids."""
+        failed, added for the others), at most ``limit`` (0: all); returns their ids. One
+        'cleaned' event with their count, no 'removed' ones, as BullMQ's clean."""
         if type not in _CLEANABLE:
             raise ValueError(f"clean type must be one of {sorted(_CLEANABLE)}, got {type!r}")
         jobs = await self.engine()
@@ -716,7 +724,10 @@ class Queue:
         if not candidates:
             return []
         ids = tuple(r.id for r in candidates)
-        await jobs.purge(JobFilter(ids=ids, queue=self.qualifiedName, sub_state=_SUB_STATES[type]))
+        await jobs.purge(
+            JobFilter(ids=ids, queue=self.qualifiedName, sub_state=_SUB_STATES[type]),
+            removed_events=False,
+        )
         left = {r.id for r in await jobs.list_jobs(JobFilter(ids=ids), limit=len(ids))}
         removed = [job_id_of(r.id, r.job_key) for r in candidates if r.id not in left]
         if self._record_events and removed:

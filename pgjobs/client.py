@@ -645,14 +645,19 @@ class JobQueue:
         *,
         running: RunningPolicy = "skip",
         connection: Connection | None = None,
+        removed_events: bool = True,
     ) -> PurgeResult:
         """Delete every job matching ``where`` (all fields AND-ed; an empty filter purges all),
         in one transaction. Dependents are resolved first (a removed prerequisite releases
         block/ignore/continue edges and fails cascade ones). Running jobs are skipped (and
         counted) or, with ``running="cancel"``, deleted too: their workers' fenced writes
         become no-ops. Obliterating a queue is ``purge(JobFilter(queue=...))``. With
-        ``connection``, it happens in the caller's transaction."""
-        return await self._ops.purge(where or JobFilter(), running, connection)
+        ``connection``, it happens in the caller's transaction. Each deleted job that records
+        events gets a 'removed' event, unless ``removed_events`` is False (housekeeping, as a
+        finished job's retention rule and the GC are: they write none)."""
+        if not isinstance(removed_events, bool):
+            raise InvalidOption("removed_events", f"must be True or False, got {removed_events!r}")
+        return await self._ops.purge(where or JobFilter(), running, connection, removed_events)
 
     # -- queue settings --------------------------------------------------------------------
 

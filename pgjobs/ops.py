@@ -161,7 +161,11 @@ class Operations:
     # -- purge ------------------------------------------------------------------------------
 
     async def purge(
-        self, where: JobFilter, running: RunningPolicy, connection: Connection | None = None
+        self,
+        where: JobFilter,
+        running: RunningPolicy,
+        connection: Connection | None = None,
+        removed_events: bool = True,
     ) -> PurgeResult:
         if running not in ("skip", "cancel"):
             raise InvalidOption("running", f"must be 'skip' or 'cancel', got {running!r}")
@@ -173,7 +177,9 @@ class Operations:
                 "purge_lock", running == "cancel", *params, conn=conn, parts={"where": sql}
             )
             ids = [row["id"] for row in locked]
-            deleted = await self._db.fetchval("remove_jobs", ids, self._channel, conn=conn)
+            deleted = await self._db.fetchval(
+                "remove_jobs", ids, self._channel, not removed_events, conn=conn
+            )
             # Counted after the cascades: a running row this purge cancelled is not "skipped".
             skipped = 0
             if running != "cancel":

@@ -8,8 +8,12 @@ SELECT pg_try_advisory_xact_lock(hashtextextended($1::text, 0));
 -- Delete up to $4 finished jobs that their own retention rule ({"count", "age"} per status) or
 -- the global policy ($1/$2/$3: seconds to keep completed/dead/cancelled; NULL keeps) lets go.
 -- Never a job a pending or running dependent still reads, and never one the metrics sweep has
--- not counted yet (metrics outlive GC).
-WITH finished AS (
+-- not counted yet (metrics outlive GC). Housekeeping: no 'removed' events (job_events.sql;
+-- the mark is set while the statement runs, before its trigger fires).
+WITH quiet AS MATERIALIZED (
+    SELECT set_config('pgjobs.quiet_removal', 'on', true) AS mark
+),
+finished AS (
     SELECT j.id, j.status, j.finished_at, j.retention -> j.status AS rule,
            row_number() OVER (PARTITION BY j.queue, j.status
                               ORDER BY j.finished_at DESC, j.id DESC) AS newest_rank
@@ -28,6 +32,7 @@ doomed AS (
       AND NOT EXISTS (SELECT FROM {schema}.job_edges e JOIN {schema}.jobs d ON d.id = e.dependent_id
                       WHERE e.prerequisite_id = f.id AND d.status IN ('pending', 'running'))
       AND f.finished_at < coalesce((SELECT swept_until FROM {schema}.metrics_watermark), 'infinity')
+      AND (SELECT mark FROM quiet) = 'on'
     ORDER BY f.id
     LIMIT $4
 )

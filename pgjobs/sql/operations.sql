@@ -137,8 +137,9 @@ ORDER BY j.id
 FOR UPDATE;
 
 -- name: remove_jobs
--- Delete the jobs $1 (locked by purge_lock), resolving their dependents first; $2: channel.
-SELECT {schema}.remove_jobs($1::bigint[], $2::text);
+-- Delete the jobs $1 (locked by purge_lock), resolving their dependents first; $2: channel;
+-- $3: without their 'removed' events.
+SELECT {schema}.remove_jobs($1::bigint[], $2::text, $3::bool);
 
 -- name: count_running_where
 SELECT count(*) FROM {schema}.jobs j WHERE {where} AND j.status = 'running';

@@ -161,8 +161,43 @@ async def test_duplicated_deduplicated_removed_and_cleaned_events(opts: dict) ->
         ("duplicated", {"jobId": "fixed"}),
         ("deduplicated", {"jobId": held.id, "deduplicationId": "dd", "deduplicatedJobId": None}),
         ("removed", {"jobId": "fixed", "prev": "waiting"}),
-        ("removed", {"jobId": held.id, "prev": "waiting"}),
-        ("cleaned", {"count": "1"}),
+        ("cleaned", {"count": "1"}),  # clean's jobs go without a 'removed' each, as in BullMQ
+    ]
+    await events.close()
+    await queue.close()
+
+
+async def test_only_removals_asked_for_emit_removed(opts: dict) -> None:
+    """BullMQ emits 'removed' for Job.remove and Queue.remove only: jobs removed by
+    removeOnComplete, removeOnFail or a kept count, by drain or by obliterate go without
+    one. A job removed last by queue.remove marks the end of what is read."""
+    events = QueueEvents("rm", opts)
+    await events.waitUntilReady()
+    recorder = Recorder(events, ["removed", "completed", "failed"])
+    queue = Queue("rm", opts)
+    await queue.add("done", {}, {"removeOnComplete": True})
+    await queue.add("done", {}, {"removeOnComplete": 1})
+    await queue.add("done", {}, {"removeOnComplete": 1})  # trims the one before
+    await queue.add("fail", {}, {"removeOnFail": True})
+
+    async def process(job: Any, _token: Any) -> None:
+        if job.name == "fail":
+            raise ValueError("no")
+
+    await drain_with("rm", opts, process, 4)
+    await recorder.wait_for("completed", 3)
+    await recorder.wait_for("failed")
+    assert await queue.getJobCounts("completed", "failed") == {"completed": 1, "failed": 0}
+    await queue.add("waiting", {})
+    await queue.drain()
+    await queue.add("doomed", {})
+    await queue.obliterate()
+    marker = await queue.add("marker", {})
+    assert await queue.remove(marker.id) == 1
+    await recorder.wait_for("removed")
+    assert await queue.getJobCounts("wait") == {"wait": 0}
+    assert [args for name, args in recorder.seen if name == "removed"] == [
+        {"jobId": marker.id, "prev": "waiting"}
     ]
     await events.close()
     await queue.close()

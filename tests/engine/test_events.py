@@ -19,6 +19,7 @@ from pgjobs import (
     JobFilter,
     JobQueue,
     JobSpec,
+    Keep,
     Registry,
 )
 from pgjobs.maintenance import GcInput, collect_garbage
@@ -120,6 +121,45 @@ async def test_removed_paused_resumed_and_published_events(jobs: JobQueue, kinds
     ]  # fmt: skip
     assert events[3].data == {"hello": "world"}
     assert events[4].prev == "pending"
+
+
+async def test_housekeeping_removes_jobs_without_removed_events(
+    jobs: JobQueue, kinds: None
+) -> None:
+    """Only a removal someone asks for is an event, as in BullMQ: a finished job's retention
+    rule (removed at once, or trimmed by count), the GC and a purge told not to delete without
+    one. A quiet purge followed by a plain one in the same transaction: the second still
+    writes its events (the quiet mark covers one statement)."""
+    at_once = await jobs.enqueue("work", {"n": 3}, events=True, keep_completed=Keep(count=0))
+    older = await jobs.enqueue("work", {"n": 3}, events=True, keep_completed=Keep(count=1))
+    await jobs.worker(queues=["q"]).run(until_drained=True)
+    newer = await jobs.enqueue("work", {"n": 3}, events=True, keep_completed=Keep(count=1))
+    await jobs.worker(queues=["q"]).run(until_drained=True)  # trims `older`
+    collected = await jobs.enqueue("work", {"n": 3}, events=True, queue="gc")
+    await jobs.worker(queues=["gc"]).run(until_drained=True)
+    gc = await collect_garbage(jobs.db, GcInput(completed_after=0))
+    quiet = await jobs.enqueue("work", {"n": 3}, events=True)
+    loud = await jobs.enqueue("work", {"n": 3}, events=True)
+    async with jobs.events(["q", "gc"], after="0") as replay:
+        async with jobs.transaction() as conn:
+            purged = await jobs.purge(
+                JobFilter(ids=(quiet.id,)), connection=conn, removed_events=False
+            )
+            await jobs.purge(JobFilter(ids=(loud.id,)), connection=conn)
+        events: list[JobEvent] = []
+        while not events or (events[-1].event, events[-1].job_id) != ("removed", loud.id):
+            events += await take(replay, 1)
+    gone = (at_once.id, older.id, collected.id, quiet.id)
+    assert purged.deleted == 1 and gc["deleted_jobs"] >= 2  # `newer` and `collected`
+    assert await jobs.list_jobs(JobFilter(ids=(*gone, loud.id, newer.id))) == []
+    assert [(e.event, e.job_id) for e in events if e.event == "removed"] == [("removed", loud.id)]
+    completed = {e.job_id for e in events if e.event == "completed"}
+    assert {at_once.id, older.id, newer.id, collected.id} <= completed  # their history stays
+
+
+async def test_purge_refuses_a_removed_events_flag_that_is_not_a_bool(jobs: JobQueue) -> None:
+    with pytest.raises(InvalidOption, match="removed_events"):
+        await jobs.purge(JobFilter(ids=(1,)), removed_events="no")  # type: ignore[arg-type]
 
 
 async def test_events_are_scoped_to_their_queue_and_tenant(jobs: JobQueue, kinds: None) -> None:

@@ -40,8 +40,10 @@ $fn$;
 
 -- remove_jobs: delete the jobs p_ids, which the caller has locked (in id order), after
 -- resolving their dependents as for a removed prerequisite (block and ignore release, cascade
--- cancels). Returns how many rows were deleted.
-CREATE OR REPLACE FUNCTION {schema}.remove_jobs(p_ids bigint[], p_channel text)
+-- cancels); with p_quiet, without their 'removed' events (job_events.sql). Returns how many
+-- rows were deleted.
+DROP FUNCTION IF EXISTS {schema}.remove_jobs(bigint[], text);
+CREATE OR REPLACE FUNCTION {schema}.remove_jobs(p_ids bigint[], p_channel text, p_quiet bool)
 RETURNS bigint LANGUAGE plpgsql AS $fn$
 DECLARE
     deleted bigint;
@@ -52,6 +54,9 @@ BEGIN
     PERFORM {schema}.wake_dependents(p_ids, true, p_channel);
     PERFORM pg_notify('{schema}_cancels', j.id::text)
     FROM {schema}.jobs j WHERE j.id = ANY(p_ids) AND j.status = 'running';
+    IF p_quiet THEN
+        PERFORM set_config('pgjobs.quiet_removal', 'on', true);
+    END IF;
     DELETE FROM {schema}.jobs WHERE id = ANY(p_ids);
     GET DIAGNOSTICS deleted = ROW_COUNT;
     RETURN deleted;

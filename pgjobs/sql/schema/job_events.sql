@@ -28,9 +28,18 @@ $fn$;
 
 DROP TRIGGER IF EXISTS jobs_events_insert ON {schema}.jobs;
 
--- Removed rows: one event per row of the statement's transition table, `affected`.
+-- Removed rows: one event per row of the statement's transition table, `affected`, for a
+-- removal someone asked for (remove, purge, a replaced dedup holder, a removed schedule's next
+-- run). Housekeeping writes none, as BullMQ writes none: a finished job's retention rule
+-- (finish_jobs.sql), the GC, and a purge told not to. Such a DELETE is marked quiet just
+-- before it runs, by setting 'pgjobs.quiet_removal' to 'on' for the transaction; its trigger
+-- consumes the mark (clears it), so it covers that one statement and no later one.
 CREATE OR REPLACE FUNCTION {schema}.record_removed_events() RETURNS trigger LANGUAGE plpgsql AS $fn$
 BEGIN
+    IF current_setting('pgjobs.quiet_removal', true) = 'on' THEN
+        PERFORM set_config('pgjobs.quiet_removal', '', true);
+        RETURN NULL;
+    END IF;
     INSERT INTO {schema}.job_events (queue, job_id, job_key, tenant, event, prev, data)
     SELECT r.queue, r.id, r.job_key, r.tenant, 'removed', r.status, NULL
     FROM affected r
