@@ -47,7 +47,9 @@ async def test_each_write_path_sets_its_transactions_commit_mode(
         await jobs.enqueue_many(specs, connection=conn, durability=durability)
 
     async def batch(conn) -> None:
-        await jobs.enqueue_batch("item", [{"n": 1}, {"n": 2}], connection=conn, durability=durability)
+        await jobs.enqueue_batch(
+            "item", [{"n": 1}, {"n": 2}], connection=conn, durability=durability
+        )
 
     async def flow(conn) -> None:
         built = Flow()
