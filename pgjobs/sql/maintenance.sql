@@ -11,7 +11,7 @@ SELECT pg_try_advisory_xact_lock(hashtextextended($1::text, 0));
 -- not counted yet (metrics outlive GC). Housekeeping: no 'removed' events (job_events.sql;
 -- the mark is set while the statement runs, before its trigger fires).
 WITH quiet AS MATERIALIZED (
-    SELECT set_config('pgjobs.quiet_removal', 'on', true) AS mark
+    SELECT {schema}.quiet_next_removal() AS marked
 ),
 finished AS (
     SELECT j.id, j.status, j.finished_at, j.retention -> j.status AS rule,
@@ -32,7 +32,7 @@ doomed AS (
       AND NOT EXISTS (SELECT FROM {schema}.job_edges e JOIN {schema}.jobs d ON d.id = e.dependent_id
                       WHERE e.prerequisite_id = f.id AND d.status IN ('pending', 'running'))
       AND f.finished_at < coalesce((SELECT swept_until FROM {schema}.metrics_watermark), 'infinity')
-      AND (SELECT mark FROM quiet) = 'on'
+      AND (SELECT marked FROM quiet)
     ORDER BY f.id
     LIMIT $4
 )

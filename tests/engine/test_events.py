@@ -157,6 +157,25 @@ async def test_housekeeping_removes_jobs_without_removed_events(
     assert {at_once.id, older.id, newer.id, collected.id} <= completed  # their history stays
 
 
+async def test_a_quiet_mark_is_its_own_transactions(jobs: JobQueue, kinds: None) -> None:
+    """Two connections: a transaction that marked its next removal quiet and is still open
+    does not silence a purge another connection commits meanwhile; its own next DELETE is
+    quiet."""
+    other = await jobs.enqueue("work", {"n": 3}, events=True)
+    mine = await jobs.enqueue("work", {"n": 3}, events=True)
+    after = await jobs.enqueue("work", {"n": 3}, events=True)
+    async with jobs.events(["q"], after="0") as replay:
+        async with jobs.transaction() as conn:
+            assert await conn.fetchval(f"SELECT {jobs.schema}.quiet_next_removal()")
+            await jobs.purge(JobFilter(ids=(other.id,)))  # another connection, committed
+            await conn.execute(f"DELETE FROM {jobs.schema}.jobs WHERE id = $1", mine.id)
+        await jobs.purge(JobFilter(ids=(after.id,)))
+        events: list[JobEvent] = []
+        while not events or (events[-1].event, events[-1].job_id) != ("removed", after.id):
+            events += await take(replay, 1)
+    assert [e.job_id for e in events if e.event == "removed"] == [other.id, after.id]
+
+
 async def test_purge_refuses_a_removed_events_flag_that_is_not_a_bool(jobs: JobQueue) -> None:
     with pytest.raises(InvalidOption, match="removed_events"):
         await jobs.purge(JobFilter(ids=(1,)), removed_events="no")  # type: ignore[arg-type]

@@ -55,7 +55,7 @@ BEGIN
     PERFORM pg_notify('{schema}_cancels', j.id::text)
     FROM {schema}.jobs j WHERE j.id = ANY(p_ids) AND j.status = 'running';
     IF p_quiet THEN
-        PERFORM set_config('pgjobs.quiet_removal', 'on', true);
+        PERFORM {schema}.quiet_next_removal();
     END IF;
     DELETE FROM {schema}.jobs WHERE id = ANY(p_ids);
     GET DIAGNOSTICS deleted = ROW_COUNT;

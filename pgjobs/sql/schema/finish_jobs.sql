@@ -76,7 +76,7 @@ BEGIN
     END IF;
     -- Retention {"count": 0}: remove at once, unless a dependent still needs the output.
     IF remove_ids IS NOT NULL THEN
-        PERFORM set_config('pgjobs.quiet_removal', 'on', true);  -- no 'removed' (job_events.sql)
+        PERFORM {schema}.quiet_next_removal();  -- no 'removed' events (job_events.sql)
         DELETE FROM {schema}.jobs j
         WHERE j.id = ANY(remove_ids)
           AND NOT EXISTS (SELECT FROM {schema}.job_edges e JOIN {schema}.jobs d ON d.id = e.dependent_id
@@ -96,7 +96,7 @@ BEGIN
             PERFORM pg_advisory_xact_lock(
                 hashtextextended(format('pgjobs:trim:{schema}:%s:%s', trimmed.q, trimmed.s), 0));
         END LOOP;
-        PERFORM set_config('pgjobs.quiet_removal', 'on', true);  -- no 'removed' (job_events.sql)
+        PERFORM {schema}.quiet_next_removal();  -- no 'removed' events (job_events.sql)
         DELETE FROM {schema}.jobs j
         USING (
             SELECT t.id

@@ -32,8 +32,17 @@ DROP TRIGGER IF EXISTS jobs_events_insert ON {schema}.jobs;
 -- removal someone asked for (remove, purge, a replaced dedup holder, a removed schedule's next
 -- run). Housekeeping writes none, as BullMQ writes none: a finished job's retention rule
 -- (finish_jobs.sql), the GC, and a purge told not to. Such a DELETE is marked quiet just
--- before it runs, by setting 'pgjobs.quiet_removal' to 'on' for the transaction; its trigger
--- consumes the mark (clears it), so it covers that one statement and no later one.
+-- before it runs (quiet_next_removal); its trigger consumes the mark (clears it), so it covers
+-- that one statement and no later one.
+
+-- quiet_next_removal: mark the next DELETE of jobs in this transaction as housekeeping (no
+-- 'removed' events). The mark is a transaction-local setting: no other session sees it, and a
+-- rollback takes it back. Returns true.
+CREATE OR REPLACE FUNCTION {schema}.quiet_next_removal() RETURNS boolean
+LANGUAGE sql VOLATILE AS $fn$
+    SELECT set_config('pgjobs.quiet_removal', 'on', true) = 'on'
+$fn$;
+
 CREATE OR REPLACE FUNCTION {schema}.record_removed_events() RETURNS trigger LANGUAGE plpgsql AS $fn$
 BEGIN
     IF current_setting('pgjobs.quiet_removal', true) = 'on' THEN
