@@ -225,8 +225,9 @@ CREATE INDEX ON {t} (queue, priority DESC, run_at, id) WHERE status = 'pending';
 
 
 class RawFloor:
-    """The best a PostgreSQL queue can do here: plain INSERTs, and one loop of
-    batched claim (100 per statement, SKIP LOCKED) + batched ack. No framework at all."""
+    """The best a PostgreSQL queue can do here: plain INSERTs, one loop of batched claim
+    (100 per statement, SKIP LOCKED) + batched ack, and a bare INSERT + NOTIFY hand-off for
+    the latency. No framework at all."""
 
     name = "raw asyncpg floor"
 
@@ -306,7 +307,41 @@ class RawFloor:
         return n / (time.perf_counter() - start)
 
     async def latency(self, samples: int) -> tuple[float, float]:
-        return (float("nan"), float("nan"))  # a floor has no worker to wake
+        """A hand-off with nothing around it, the bound of every PostgreSQL queue's
+        enqueue-to-start: one statement writes the job already taken (status 'running') and
+        notifies a channel with its id; a session of its own LISTENs there, and the sample
+        ends when its callback runs (no claim, no handler, no bookkeeping). Idle between
+        samples as the other systems' workers are."""
+        await self._reset()
+        channel = self.table
+        arrived = asyncio.Event()
+        stamps: dict[int, float] = {}
+
+        def on_notify(_conn: Any, _pid: int, _channel: str, payload: str) -> None:
+            stamps[int(payload)] = time.perf_counter()
+            arrived.set()
+
+        hand_off = (
+            f"WITH job AS (INSERT INTO {self.table} (queue, payload, status)"
+            " VALUES ($1, $2::text::jsonb, 'running') RETURNING id)"
+            " SELECT job.id FROM job, pg_notify($3, job.id::text)"
+        )
+        listener = await asyncpg.connect(self.dsn)
+        try:
+            await listener.add_listener(channel, on_notify)
+            delays = []
+            async with self.pool.acquire() as conn:
+                await asyncio.sleep(0.2)
+                for k in range(samples):
+                    arrived.clear()
+                    sent = time.perf_counter()
+                    job_id = await conn.fetchval(hand_off, "bench", f'{{"i": {-k}}}', channel)
+                    await asyncio.wait_for(arrived.wait(), 10)
+                    delays.append(stamps[job_id] - sent)
+                    await asyncio.sleep(0.005)
+        finally:
+            await listener.close()
+        return _median_p95(delays)
 
     async def flow_add(self, flows: int, children: int) -> float:
         return float("nan")  # a floor has no dependencies
@@ -318,7 +353,8 @@ class RawFloor:
 class RawFloorAsync(RawFloor):
     """The raw floor's enqueues on sessions that commit without waiting for the WAL flush
     (synchronous_commit off, the async systems' durability): what a one-row INSERT costs a
-    PostgreSQL queue at that level. Only the enqueue workloads."""
+    PostgreSQL queue at that level, and its hand-off's latency. The enqueue workloads and
+    the latency."""
 
     name = "raw floor, async"
 
@@ -357,6 +393,9 @@ class RawCopyFloor(RawFloor):
 
     async def process(self, n: int, concurrency: int) -> float:
         return float("nan")
+
+    async def latency(self, samples: int) -> tuple[float, float]:
+        return (float("nan"), float("nan"))
 
     async def storage(self) -> tuple[float, float]:
         return (float("nan"), float("nan"))
