@@ -26,6 +26,7 @@ from pgjobs.errors import (
     InvalidSchemaName,
     JobLost,
     PgJobsError,
+    PoolClosed,
     SchemaMissing,
     UnknownKind,
 )
@@ -130,6 +131,7 @@ __all__ = [
     "MetricsBucket",
     "NotJson",
     "PgJobsError",
+    "PoolClosed",
     "PurgeResult",
     "QueueSettings",
     "QueueStats",

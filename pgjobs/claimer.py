@@ -250,7 +250,8 @@ class Claimer:
 
     async def run(self, slots: Slots, stopping: asyncio.Event, *, until_drained: bool) -> None:
         """Claim whenever slots are free and work may be due, until ``stopping`` (or, with
-        ``until_drained``, until nothing of these queues is running or claimable)."""
+        ``until_drained``, until nothing of these queues is running or claimable, or until a
+        claim fails because the pool was closed)."""
         failures = 0
         polled = False  # this claim follows a wait that ended by timeout, not by a wake-up
         while not stopping.is_set():
@@ -279,6 +280,8 @@ class Claimer:
                         sleep = min(sleep, max(idle.until_due, 0.0))
                 failures = 0
             except TRANSIENT_ERRORS as exc:
+                if self._db.closed:
+                    return  # the worker stops: its pool was closed under it
                 failures += 1
                 sleep = retry_delay(failures)
                 logger.warning("claim failed (%s); retrying in %.1fs", exc, sleep)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import weakref
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime
@@ -88,6 +89,7 @@ class JobQueue:
         self._queues = QueueControl(db)
         self._schedules = Schedules(db, self.registry)
         self._tracking = Tracking(db)
+        self._workers: weakref.WeakSet[Worker] = weakref.WeakSet()
 
     @classmethod
     async def connect(
@@ -133,6 +135,13 @@ class JobQueue:
         return validation.commit_setting(level)
 
     async def close(self) -> None:
+        """Close the pool if this queue opened it (``connect`` with a DSN), after stopping the
+        workers it made (as ``Worker.stop()``: running handlers get their shutdown timeout,
+        the rest go back to pending): a pool being closed waits for the connections they hold.
+        A pool passed in is the caller's to close, and its workers theirs to stop."""
+        if self.db.owns_pool:
+            for worker in list(self._workers):
+                await worker.stop()
         await self.db.close()
 
     async def __aenter__(self) -> JobQueue:
@@ -370,7 +379,9 @@ class JobQueue:
         defaults to the queue's)."""
         options.setdefault("durability", self.durability)
         options.setdefault("telemetry", self.telemetry)
-        return Worker(self.db, self.registry, **options)
+        worker = Worker(self.db, self.registry, **options)
+        self._workers.add(worker)
+        return worker
 
     # -- flows -----------------------------------------------------------------------------
 

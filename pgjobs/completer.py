@@ -67,17 +67,22 @@ class Completer:
             try:
                 written = await self._write([outcome for outcome, _ in batch])
                 break
-            except TRANSIENT_ERRORS as exc:
-                # The outcomes are still in memory and still fenced: retrying is safe.
-                failures += 1
-                delay = retry_delay(failures, first=0.05)
-                logger.warning(
-                    "writing %d outcomes failed (%s); retrying in %.2fs", len(batch), exc, delay
-                )
-                await asyncio.sleep(delay)
             except Exception as exc:
-                # Not transient: give up on this batch and keep the completer alive. The jobs
-                # stay running until their lease expires; then they are rescued and run again.
+                if isinstance(exc, TRANSIENT_ERRORS) and not self._db.closed:
+                    # The outcomes are still in memory and still fenced: retrying is safe.
+                    failures += 1
+                    delay = retry_delay(failures, first=0.05)
+                    logger.warning(
+                        "writing %d outcomes failed (%s); retrying in %.2fs",
+                        len(batch),
+                        exc,
+                        delay,
+                    )
+                    await asyncio.sleep(delay)
+                    continue
+                # Not transient, or the pool was closed: give up on this batch and keep the
+                # completer alive. The jobs stay running until their lease expires; then they
+                # are rescued and run again.
                 logger.exception("writing %d outcomes failed; their leases will expire", len(batch))
                 for _, future in batch:
                     if not future.done():

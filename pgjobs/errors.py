@@ -106,6 +106,21 @@ class JobLost(PgJobsError):
         )
 
 
+class PoolClosed(PgJobsError):
+    """The connection pool a worker runs on was closed under it. The worker stopped as a
+    killed one would: the handlers it was running were cancelled, and their jobs stay leased
+    to it until the lease ends, then are rescued and run again. Stop workers before closing
+    their pool (``JobQueue.close`` stops the workers it made)."""
+
+    def __init__(self, worker: str) -> None:
+        self.worker = worker
+        super().__init__(
+            f"the pool of worker {worker!r} was closed while it ran: it stopped, and the jobs "
+            "it was running come back when their lease ends; stop workers before closing "
+            "their pool"
+        )
+
+
 class InvalidFlow(PgJobsError, ValueError):
     """A flow is malformed: an edge names a node never added, a node is added twice, ..."""
 

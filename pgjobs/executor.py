@@ -101,6 +101,12 @@ class Database:
         if self.owns_pool:
             await self.pool.close()
 
+    @property
+    def closed(self) -> bool:
+        """The pool is closing or closed: no statement can run on it any more, so a retry
+        loop that meets this must end rather than wait."""
+        return bool(self.pool.is_closing())
+
     def _sql(self, name: str, parts: dict[str, str] | None = None) -> str:
         statement = self.statements[name]
         for marker, text in (parts or {}).items():

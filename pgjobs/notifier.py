@@ -20,6 +20,11 @@ from pgjobs.retrying import retry_delay
 
 logger = logging.getLogger("pgjobs.notifier")
 
+PROBE_SECONDS = 10.0
+"""How often an otherwise quiet LISTEN connection is probed."""
+CLOSING_CHECK_SECONDS = 1.0
+"""How often the notifier looks whether its pool is being closed (which waits for it)."""
+
 
 class Notifier:
     """For each channel of ``listeners``, calls its listener with the payload of every NOTIFY,
@@ -72,11 +77,22 @@ class Notifier:
                 self.connected = True
                 self._listening.set()
                 # A LISTEN connection that dies silently (server restart) is only noticed when
-                # used, so probe it now and then.
+                # used, so probe it now and then. A pool being closed waits for this connection:
+                # give it back within a second, and wake every listener (its next statement
+                # finds the pool closed).
+                quiet = 0.0
                 while not lost.is_set():
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(lost.wait(), timeout=10.0)
-                    if not lost.is_set():
+                        await asyncio.wait_for(lost.wait(), timeout=CLOSING_CHECK_SECONDS)
+                    if self._pool.is_closing():
+                        connection, conn = conn, None
+                        await self._disconnect(connection)
+                        for listener in self._listeners.values():
+                            listener(None)
+                        return
+                    quiet += CLOSING_CHECK_SECONDS
+                    if not lost.is_set() and quiet >= PROBE_SECONDS:
+                        quiet = 0.0
                         await self._db.fetchval("ping", conn=conn)
                 raise ConnectionError("LISTEN connection closed")
             except asyncio.CancelledError:
@@ -104,12 +120,20 @@ class Notifier:
         return await self._pool.acquire()
 
     async def _disconnect(self, conn: Any) -> None:
-        """Close our own session, or give the pool's back without our listeners on it."""
-        if self._db.listen_dsn is not None:
-            await conn.close()
-            return
-        if not conn.is_closed():
-            with contextlib.suppress(Exception):
+        """Close our own session, or give the pool's back without our listeners on it. A
+        connection already closed, or a failure or cancellation midway, ends it instead: its
+        listeners go with it and a pool's connection gives its slot back (a pool being closed
+        waits for every connection it lent)."""
+        try:
+            if self._db.listen_dsn is not None:
+                await conn.close()
+            elif conn.is_closed():
+                conn.terminate()
+            else:
                 for channel in self._listeners:
                     await conn.remove_listener(channel, self._deliver)
-        await self._pool.release(conn)
+                await self._pool.release(conn)
+        except BaseException:
+            with contextlib.suppress(Exception):  # a proxy the pool took back already
+                conn.terminate()
+            raise

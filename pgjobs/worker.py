@@ -23,7 +23,7 @@ from pgjobs.claimer import Claimer, handed_row
 from pgjobs.completer import Completer
 from pgjobs.config import cancels_channel, notify_channel
 from pgjobs.context import JobContext
-from pgjobs.errors import InvalidOption
+from pgjobs.errors import InvalidOption, PoolClosed
 from pgjobs.executor import TRANSIENT_ERRORS, Database
 from pgjobs.kinds import Kind, Registry
 from pgjobs.lease import LeaseKeeper
@@ -245,7 +245,9 @@ class Worker:
         """Work until ``stop()`` is called; with ``until_drained``, also return once no job of
         these queues and kinds is running or pending with its prerequisites met (delayed ones
         included: the worker waits for them). A missing or outdated schema raises SchemaMissing;
-        a database that cannot be reached at start is retried (logged) until it answers."""
+        a database that cannot be reached at start is retried (logged) until it answers. A pool
+        closed under the worker ends it as a kill would (handlers cancelled, their jobs left to
+        their lease) and raises PoolClosed."""
         self._finished.clear()
         try:
             await self._run(until_drained)
@@ -276,14 +278,21 @@ class Worker:
             await self._report_presence()
         try:
             await self._claimer.run(self, self._stopping, until_drained=until_drained)
+            pool_closed = self._db.closed and not self._stopping.is_set()
+            if pool_closed:  # nothing can be written any more: stop as a killed worker would
+                self._abandoning = True
+                self._hurry.set()
         finally:
-            await self.give_back_unstarted()
+            if not self._db.closed:
+                await self.give_back_unstarted()
             await self._drain_running()
             await self._leases.stop()
             await self._completer.stop()
             await notifier.stop()
             with contextlib.suppress(*TRANSIENT_ERRORS):
                 await self._db.fetch("worker_gone", self.id)
+        if pool_closed:
+            raise PoolClosed(self.name)
 
     async def _report_presence(self) -> None:
         if self._telemetry is not None:
@@ -316,6 +325,8 @@ class Worker:
                 await self._db.check_schema()
                 return True
             except TRANSIENT_ERRORS as exc:
+                if self._db.closed:
+                    raise PoolClosed(self.name) from exc
                 failures += 1
                 delay = retry_delay(failures)
                 logger.warning("schema check failed (%s); retrying in %.1fs", exc, delay)
@@ -575,11 +586,17 @@ class Worker:
             await self._wait_unless_hurried(tasks)
             late = [task for task in tasks if not task.done()]
             if late:
-                logger.warning(
-                    "releasing %d job(s) still running after %.1fs",
-                    len(late),
-                    self.shutdown_timeout,
-                )
+                if self._db.closed:
+                    logger.error(
+                        "the pool was closed: stopping %d running job(s), left to their lease",
+                        len(late),
+                    )
+                else:
+                    logger.warning(
+                        "releasing %d job(s) still running after %.1fs",
+                        len(late),
+                        self.shutdown_timeout,
+                    )
                 self._releasing = True
                 for task in late:
                     task.cancel()
