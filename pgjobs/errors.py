@@ -107,18 +107,15 @@ class JobLost(PgJobsError):
 
 
 class PoolClosed(PgJobsError):
-    """The connection pool a worker runs on was closed under it. The worker stopped as a
-    killed one would: the handlers it was running were cancelled, and their jobs stay leased
-    to it until the lease ends, then are rescued and run again. Stop workers before closing
-    their pool (``JobQueue.close`` stops the workers it made)."""
+    """The connection pool under a worker, an event stream or a scheduler was closed while it
+    ran, so it stopped (it retries a database out of reach, never a pool that is gone). A
+    worker stops as a killed one would: the handlers it was running are cancelled and their
+    jobs stay leased to it until the lease ends, then are rescued and run again. Stop them
+    before closing their pool (``JobQueue.close`` stops the workers it made)."""
 
-    def __init__(self, worker: str) -> None:
-        self.worker = worker
-        super().__init__(
-            f"the pool of worker {worker!r} was closed while it ran: it stopped, and the jobs "
-            "it was running come back when their lease ends; stop workers before closing "
-            "their pool"
-        )
+    def __init__(self, user: str, consequence: str) -> None:
+        self.user = user
+        super().__init__(f"the pool of {user} was closed while it ran: {consequence}")
 
 
 class InvalidFlow(PgJobsError, ValueError):

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pgjobs.config import events_channel
-from pgjobs.errors import InvalidOption
+from pgjobs.errors import InvalidOption, PoolClosed
 from pgjobs.executor import TRANSIENT_ERRORS, Database
 from pgjobs.models import JobEvent
 from pgjobs.notifier import Notifier
@@ -208,6 +208,10 @@ class EventStream:
             try:
                 again = await self._read()
             except TRANSIENT_ERRORS as exc:
+                if self._db.closed:
+                    raise PoolClosed(
+                        f"the event stream on {', '.join(self._queues)}", "it ended"
+                    ) from exc
                 # The database is out of reach (a restart, a crash, a dropped connection): the
                 # stream waits it out, as a worker does, and reads on from where it was.
                 failures += 1

@@ -25,7 +25,7 @@ from croniter import CroniterBadCronError, croniter
 from pgjobs import jsonvalue, validation
 from pgjobs.config import notify_channel
 from pgjobs.enqueue import JobSpec, insert_one, prepare
-from pgjobs.errors import InvalidOption
+from pgjobs.errors import InvalidOption, PoolClosed
 from pgjobs.executor import Database
 from pgjobs.kinds import Registry
 
@@ -493,7 +493,9 @@ class Scheduler:
             try:
                 await self._schedules.emit_due(catch_up=self.catch_up)
                 until = await self._schedules.seconds_until_due()
-            except Exception:
+            except Exception as exc:
+                if self._schedules._db.closed:
+                    raise PoolClosed("the scheduler", "it stopped") from exc
                 # One bad schedule or a lost connection must not stop the loop.
                 logger.exception("scheduler: emitting due schedules failed; retrying")
                 until = None

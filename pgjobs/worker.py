@@ -292,7 +292,13 @@ class Worker:
             with contextlib.suppress(*TRANSIENT_ERRORS):
                 await self._db.fetch("worker_gone", self.id)
         if pool_closed:
-            raise PoolClosed(self.name)
+            raise self._pool_closed()
+
+    def _pool_closed(self) -> PoolClosed:
+        return PoolClosed(
+            f"worker {self.name!r}",
+            "it stopped, and the jobs it was running come back when their lease ends",
+        )
 
     async def _report_presence(self) -> None:
         if self._telemetry is not None:
@@ -326,7 +332,7 @@ class Worker:
                 return True
             except TRANSIENT_ERRORS as exc:
                 if self._db.closed:
-                    raise PoolClosed(self.name) from exc
+                    raise self._pool_closed() from exc
                 failures += 1
                 delay = retry_delay(failures)
                 logger.warning("schema check failed (%s); retrying in %.1fs", exc, delay)

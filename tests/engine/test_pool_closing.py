@@ -1,10 +1,12 @@
-"""A pool closed under a running worker, and a JobQueue closed with its workers running.
+"""A pool closed under a running worker, event stream or scheduler, and a JobQueue closed with
+its workers running.
 
 asyncpg's ``Pool.close`` waits for every connection it lent, so a worker that kept its LISTEN
 connection and retried its claims on a closed pool made ``close`` hang and logged a warning
 every few seconds, forever. Now the worker gives its connections back within a second and
-stops as a killed worker would (``PoolClosed``); a JobQueue that opened its pool stops its
-workers before closing it."""
+stops as a killed worker would (``PoolClosed``), an event stream and a scheduler end with
+``PoolClosed`` instead of retrying, and a JobQueue that opened its pool stops its workers
+before closing it."""
 
 from __future__ import annotations
 
@@ -144,3 +146,38 @@ async def test_an_outcome_to_write_on_a_closed_pool_fails_at_once(
     with pytest.raises(asyncpg.InterfaceError, match="pool is closed"):
         await asyncio.wait_for(completer.submit(Outcome(1, uuid.uuid4(), "completed")), 10)
     await asyncio.wait_for(completer.stop(), 10)
+
+
+async def test_a_pool_closed_under_an_event_stream_ends_it(
+    pg_dsn: str, schema_name: str, registry: Registry, admin: asyncpg.Connection
+) -> None:
+    """A stream waiting for events read on, and retried, a closed pool for ever."""
+    pool = await create_pool(pg_dsn, min_size=1, max_size=4)
+    jobs = await JobQueue.connect(pool=pool, schema=schema_name, registry=registry)
+    await jobs.migrate()
+    stream = jobs.events(["mail"])
+    await stream.start()
+    waiting = asyncio.create_task(anext(stream))
+    await eventually(
+        lambda: admin.fetchval(f"SELECT EXISTS (SELECT FROM {schema_name}.event_readers)")
+    )
+
+    await asyncio.wait_for(pool.close(), 10)
+    with pytest.raises(PoolClosed, match="the event stream on mail was closed while it ran"):
+        await asyncio.wait_for(waiting, 10)
+    await asyncio.wait_for(stream.close(), 10)
+
+
+async def test_a_pool_closed_under_a_scheduler_ends_it(
+    pg_dsn: str, schema_name: str, registry: Registry, admin: asyncpg.Connection
+) -> None:
+    """The scheduler logged and retried every failure, a closed pool's included, every
+    poll interval for ever."""
+    pool = await create_pool(pg_dsn, min_size=1, max_size=2)
+    jobs = await JobQueue.connect(pool=pool, schema=schema_name, registry=registry)
+    await jobs.migrate()
+    scheduler = jobs.scheduler(poll_interval=0.05)
+    task = scheduler.start()
+    await asyncio.wait_for(pool.close(), 10)
+    with pytest.raises(PoolClosed, match="the scheduler was closed while it ran: it stopped"):
+        await asyncio.wait_for(task, 10)
