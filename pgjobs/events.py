@@ -182,7 +182,7 @@ class EventStream:
                 await self._register()
             except TRANSIENT_ERRORS as exc:
                 current = asyncio.current_task()
-                if self._db.pool.is_closing() or (current is not None and current.cancelling()):
+                if self._db.closed or (current is not None and current.cancelling()):
                     return  # the pool is gone, or asyncpg turned our cancellation into this
                 logger.warning("could not renew an event stream's registration (%s)", exc)
 

@@ -84,7 +84,7 @@ class Notifier:
                 while not lost.is_set():
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(lost.wait(), timeout=CLOSING_CHECK_SECONDS)
-                    if self._pool.is_closing():
+                    if self._db.closed:
                         connection, conn = conn, None
                         await self._disconnect(connection)
                         for listener in self._listeners.values():
@@ -98,7 +98,7 @@ class Notifier:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if self._pool.is_closing():
+                if self._db.closed:
                     return  # the owner closed the pool: nothing left to listen with
                 failures += 1
                 delay = retry_delay(failures, first=0.1)
