@@ -65,6 +65,18 @@ async def pool(pg_dsn: str, schema_name: str) -> AsyncIterator[asyncpg.Pool]:
 
 
 @pytest.fixture
+async def admin(pg_dsn: str, schema_name: str) -> AsyncIterator[asyncpg.Connection]:
+    """A connection of its own, outside any pool under test (for tests that close their pool),
+    to read the test's schema; it drops the schema afterwards."""
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        yield conn
+    finally:
+        await conn.execute(f"DROP SCHEMA IF EXISTS {schema_name} CASCADE")
+        await conn.close()
+
+
+@pytest.fixture
 async def jobs(pool: asyncpg.Pool, schema_name: str, registry: Registry) -> JobQueue:
     """A JobQueue on this test's own migrated schema; tests add kinds to ``registry``."""
     queue = await JobQueue.connect(pool=pool, schema=schema_name, registry=registry)

@@ -4,25 +4,12 @@ when the caller closes it stops, and emits ``pgjobs.PoolClosed`` on ``error``.""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import asyncpg
-import pytest
 
 from bullmq_compat import QueueEvents, Worker
 from pgjobs import JobQueue, PoolClosed, create_pool
 from tests.helpers import eventually
-
-
-@pytest.fixture
-async def admin(pg_dsn: str, schema_name: str) -> AsyncIterator[asyncpg.Connection]:
-    """A connection outside the pool under test, to watch the schema and drop it."""
-    conn = await asyncpg.connect(pg_dsn)
-    try:
-        yield conn
-    finally:
-        await conn.execute(f"DROP SCHEMA IF EXISTS {schema_name} CASCADE")
-        await conn.close()
 
 
 async def test_a_worker_and_queue_events_report_a_closed_pool_on_error(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 
 import asyncpg
 import pydantic
@@ -26,17 +25,6 @@ from tests.helpers import eventually
 
 class Item(pydantic.BaseModel):
     n: int = 0
-
-
-@pytest.fixture
-async def admin(pg_dsn: str, schema_name: str) -> AsyncIterator[asyncpg.Connection]:
-    """A connection outside the pools under test, to read the jobs and drop the schema."""
-    conn = await asyncpg.connect(pg_dsn)
-    try:
-        yield conn
-    finally:
-        await conn.execute(f"DROP SCHEMA IF EXISTS {schema_name} CASCADE")
-        await conn.close()
 
 
 def blocking_kind(registry: Registry) -> tuple[asyncio.Event, list[str]]:
