@@ -92,6 +92,25 @@ async def test_jobs_without_the_flag_write_nothing(jobs: JobQueue, kinds: None) 
     assert n == 0
 
 
+async def test_one_statement_changing_both_kinds_of_job_logs_only_the_flagged_ones(
+    jobs: JobQueue, kinds: None
+) -> None:
+    """The update trigger's first look (does any changed row record events?) must look past
+    rows without the flag: here the flagged job is the statement's last row."""
+    plain = await jobs.enqueue("work", {"n": 3}, delay=3600)
+    flagged = await jobs.enqueue("work", {"n": 4}, delay=3600, events=True)
+    assert plain.id < flagged.id
+    async with jobs.events(["q"], after="0") as stream:
+        cancelled = await jobs.cancel_matching(JobFilter(queue="q"))
+        assert sorted(cancelled) == [plain.id, flagged.id]
+        events = await take(stream, 2)
+    assert [(e.event, e.job_id) for e in events] == [("added", flagged.id), ("cancelled", flagged.id)]
+    logged = await jobs.db.pool.fetch(
+        f"SELECT job_id, event FROM {jobs.schema}.job_events WHERE job_id IS NOT NULL"
+    )
+    assert [tuple(row) for row in logged] == [(flagged.id, "cancelled")]
+
+
 async def test_a_new_stream_skips_history_and_a_cursor_resumes(jobs: JobQueue, kinds: None) -> None:
     before = await jobs.enqueue("work", {"n": 3}, events=True)
     async with jobs.events(["q"]) as stream:

@@ -60,10 +60,19 @@ BEGIN
 END
 $fn$;
 
+--
+-- record_changed_events: the events of an UPDATE of jobs. A statement none of whose rows
+-- records events (every native job by default) ends at the first look: the full statement
+-- below (a join of the transition tables, an INSERT, an aggregate) cost a one-row UPDATE of a
+-- native job about a quarter of its server time (measured: 265 against 190 µs with triggers
+-- off, 200 with this look).
 CREATE OR REPLACE FUNCTION {schema}.record_changed_events() RETURNS trigger LANGUAGE plpgsql AS $fn$
 DECLARE
     notified int;
 BEGIN
+    IF NOT EXISTS (SELECT FROM after_rows n WHERE n.record_events) THEN
+        RETURN NULL;
+    END IF;
     WITH changed AS (
         SELECT n.*, o.status AS prev,
                CASE
