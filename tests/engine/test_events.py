@@ -104,7 +104,10 @@ async def test_one_statement_changing_both_kinds_of_job_logs_only_the_flagged_on
         cancelled = await jobs.cancel_matching(JobFilter(queue="q"))
         assert sorted(cancelled) == [plain.id, flagged.id]
         events = await take(stream, 2)
-    assert [(e.event, e.job_id) for e in events] == [("added", flagged.id), ("cancelled", flagged.id)]
+    assert [(e.event, e.job_id) for e in events] == [
+        ("added", flagged.id),
+        ("cancelled", flagged.id),
+    ]
     logged = await jobs.db.pool.fetch(
         f"SELECT job_id, event FROM {jobs.schema}.job_events WHERE job_id IS NOT NULL"
     )
