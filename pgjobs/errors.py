@@ -80,6 +80,22 @@ class SchemaMissing(PgJobsError):
         )
 
 
+class MigrationFailed(PgJobsError):
+    """A numbered migration could not be applied. Migrations run in one transaction, so the
+    schema is left exactly as it was (at ``version - 1`` or earlier); the message says what
+    PostgreSQL refused and, where the migration knows it, what to do first."""
+
+    def __init__(self, schema: str, version: int, name: str, reason: str) -> None:
+        self.schema = schema
+        self.version = version
+        self.name = name
+        self.reason = reason
+        super().__init__(
+            f"migration {version:04d} ({name}) of pgjobs schema {schema!r} failed and nothing "
+            f"was changed: {reason}"
+        )
+
+
 class DedupRaceError(PgJobsError):
     """The in-flight holder of a dedup key kept changing under a bounded number of retries."""
 

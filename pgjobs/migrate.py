@@ -14,6 +14,7 @@ import asyncpg
 
 from pgjobs import sql
 from pgjobs.config import validate_schema
+from pgjobs.errors import MigrationFailed
 from pgjobs.executor import Connection
 
 latest_version = sql.latest_version
@@ -45,7 +46,10 @@ async def apply_schema(conn: Connection, schema: str) -> MigrationReport:
         for version, name, template in sql.migrations():
             if version in done:
                 continue
-            await conn.execute(template.replace("{schema}", schema))
+            try:
+                await conn.execute(template.replace("{schema}", schema))
+            except asyncpg.PostgresError as exc:
+                raise MigrationFailed(schema, version, name, _reason(exc)) from exc
             await conn.execute(statements["record_version"], version, name)
             applied.append(version)
         digest = sql.definitions_digest()
@@ -55,6 +59,18 @@ async def apply_schema(conn: Connection, schema: str) -> MigrationReport:
                 await conn.execute(template.replace("{schema}", schema))
             await conn.execute(statements["record_digest"], digest)
     return MigrationReport(applied, bool(stale))
+
+
+def _reason(exc: asyncpg.PostgresError) -> str:
+    """What PostgreSQL refused, with its detail and hint when it gave them."""
+    text = getattr(exc, "message", None) or str(exc)
+    detail = getattr(exc, "detail", None)
+    hint = getattr(exc, "hint", None)
+    if detail:
+        text += f" ({detail})"
+    if hint:
+        text += f". {hint}"
+    return " ".join(text.split())
 
 
 async def apply_migrations(conn: Connection, schema: str) -> list[int]:

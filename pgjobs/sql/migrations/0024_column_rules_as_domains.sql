@@ -13,6 +13,35 @@
 -- the six indexes whose key or predicate names status or pending_deps are rebuilt), then each
 -- domain takes its rule, which checks the rows already there. Writes to jobs wait meanwhile:
 -- 4.6 s for a million jobs on the project's 2-core VM.
+-- A view or a SQL-standard function body of the application that reads one of these columns
+-- would make ALTER TABLE refuse (PostgreSQL cannot retype a column a view depends on): name
+-- them all at once, and say what to do.
+DO $check$
+DECLARE
+    dependents text;
+BEGIN
+    SELECT string_agg(DISTINCT coalesce(v.oid::regclass::text, p.oid::regprocedure::text), ', ')
+    INTO dependents
+    FROM pg_depend d
+    JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+    LEFT JOIN pg_rewrite r ON d.classid = 'pg_rewrite'::regclass AND r.oid = d.objid
+    LEFT JOIN pg_class v ON v.oid = r.ev_class
+    LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
+    WHERE d.refclassid = 'pg_class'::regclass
+      AND ((d.refobjid = '{schema}.jobs'::regclass
+            AND a.attname IN ('status', 'attempts', 'max_attempts', 'deferrals', 'max_deferrals',
+                              'pending_deps', 'stalls'))
+           OR (d.refobjid = '{schema}.idle_workers'::regclass AND a.attname = 'free'))
+      AND (v.oid IS NOT NULL OR p.oid IS NOT NULL);
+    IF dependents IS NOT NULL THEN
+        RAISE EXCEPTION 'it retypes jobs.status and the job counters, which these read: %',
+                        dependents
+            USING HINT = 'Drop them, migrate, then create them again: their definitions need no '
+                         'change (the columns keep their values and compare as before).';
+    END IF;
+END
+$check$;
+
 CREATE DOMAIN {schema}.job_status AS text;
 CREATE DOMAIN {schema}.non_negative AS integer;
 CREATE DOMAIN {schema}.positive AS integer;
