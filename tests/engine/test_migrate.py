@@ -40,7 +40,6 @@ RELEASED = {
     21: "e8cc7db2022b10c9",  # event_readers
     22: "77db59a9016f2082",  # crash_safe_event_positions
     23: "88055c2a8181e6d3",  # edges_without_foreign_keys
-    24: "22c0865bbbdf498c",  # column_rules_as_domains
 }
 """sha256 prefix of each migration that has reached main. A database migrated by an earlier
 release has recorded these versions and never runs them again, so an edit to one would never
