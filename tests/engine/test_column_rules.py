@@ -16,6 +16,7 @@ import pytest
 from pgjobs import JobContext, JobQueue, MigrationFailed, Registry, sql
 from pgjobs.cli import main as cli_main
 from pgjobs.migrate import apply_schema
+from tests.releases import at_release
 
 
 class Task(pydantic.BaseModel):
@@ -63,18 +64,7 @@ async def test_a_job_row_refuses_what_its_rules_forbid(
 async def _at_version_20(conn: asyncpg.Connection, schema: str) -> None:
     """``schema`` as a release at migration 0020 left it, plus a table of the application's
     that takes the name migration 0021 creates."""
-    await conn.execute(f"CREATE SCHEMA {schema}")
-    await conn.execute(
-        f"CREATE TABLE {schema}.migrations (version integer PRIMARY KEY, name text NOT NULL,"
-        " applied_at timestamptz NOT NULL DEFAULT now())"
-    )
-    for version, name, template in sql.migrations():
-        if version > 20:
-            break
-        await conn.execute(template.replace("{schema}", schema))
-        await conn.execute(
-            f"INSERT INTO {schema}.migrations (version, name) VALUES ($1, $2)", version, name
-        )
+    await at_release(conn, schema, 20)
     await conn.execute(f"CREATE TABLE {schema}.event_readers (mine int)")
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from pgjobs import JobQueue, SchemaMissing, sql
 from pgjobs.migrate import apply_schema
+from tests.releases import at_release
 
 _FUNCTION = re.compile(r"CREATE OR REPLACE FUNCTION \{schema\}\.([a-z_]+)\(")
 _TRIGGER = re.compile(r"CREATE OR REPLACE TRIGGER ([a-z_]+) ")
@@ -50,18 +51,7 @@ async def _catalog(conn: asyncpg.Connection, schema: str) -> dict[str, list[tupl
 async def _at_release_0009(conn: asyncpg.Connection, schema: str) -> None:
     """What the code of the 0009 release left: migrations 1-9 applied and recorded, nothing
     else."""
-    await conn.execute(f"CREATE SCHEMA {schema}")
-    await conn.execute(
-        f"CREATE TABLE {schema}.migrations (version integer PRIMARY KEY, name text NOT NULL,"
-        " applied_at timestamptz NOT NULL DEFAULT now())"
-    )
-    for version, name, template in sql.migrations():
-        if version > 9:
-            break
-        await conn.execute(template.replace("{schema}", schema))
-        await conn.execute(
-            f"INSERT INTO {schema}.migrations (version, name) VALUES ($1, $2)", version, name
-        )
+    await at_release(conn, schema, 9)
 
 
 @pytest.fixture
