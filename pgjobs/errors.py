@@ -83,7 +83,7 @@ class SchemaMissing(PgJobsError):
 class MigrationFailed(PgJobsError):
     """A numbered migration could not be applied. Migrations run in one transaction, so the
     schema is left exactly as it was (at ``version - 1`` or earlier); the message says what
-    PostgreSQL refused and, where the migration knows it, what to do first."""
+    PostgreSQL refused, with its detail and hint when it gave them."""
 
     def __init__(self, schema: str, version: int, name: str, reason: str) -> None:
         self.schema = schema

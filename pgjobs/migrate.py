@@ -63,13 +63,11 @@ async def apply_schema(conn: Connection, schema: str) -> MigrationReport:
 
 def _reason(exc: asyncpg.PostgresError) -> str:
     """What PostgreSQL refused, with its detail and hint when it gave them."""
-    text = getattr(exc, "message", None) or str(exc)
-    detail = getattr(exc, "detail", None)
-    hint = getattr(exc, "hint", None)
-    if detail:
-        text += f" ({detail})"
-    if hint:
-        text += f". {hint}"
+    text = exc.message or str(exc)
+    if exc.detail:
+        text += f" ({exc.detail})"
+    if exc.hint:
+        text += f". {exc.hint}"
     return " ".join(text.split())
 
 
