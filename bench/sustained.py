@@ -9,6 +9,12 @@ VM's PostgreSQL runs with autovacuum off, and without it dead index entries of f
 pile up under the claim (the first version of this run fell from ~12,000 to ~550 jobs/s by
 the fourth slice). Pass ``--no-vacuum`` to see that.
 
+This VM's speed drifts by a third within minutes, which a ratio of two slices minutes apart
+cannot tell from the table's growth. So before each slice a control runs: the same worker
+processing 20,000 jobs in a second schema emptied first, whose tables never grow. Its rate
+follows the machine alone; the last slice's ratio divided by the control's is the slowdown that
+the table's growth caused. Both ratios are printed; the target is judged on the raw one.
+
 `./run bench-sustained [N] [--no-vacuum]` (default 1,000,000).
 """
 
@@ -27,10 +33,26 @@ from pgjobs.devserver import find_or_start_postgres
 from pgjobs.maintenance import VacuumInput, vacuum_churning_tables
 
 SLICE = 100_000
+CONTROL = 20_000
 
 
 class Noop(pydantic.BaseModel):
     i: int
+
+
+async def process(jobs: JobQueue, start: int, size: int) -> float:
+    """Enqueue ``size`` jobs in bulk (untimed), then the jobs/s of one worker (concurrency 10)
+    taking them all."""
+    for offset in range(start, start + size, 1000):
+        await jobs.enqueue_many(
+            JobSpec("noop", {"i": i}) for i in range(offset, min(offset + 1000, start + size))
+        )
+    worker = jobs.worker(concurrency=10)
+    began = time.perf_counter()
+    await worker.run(until_drained=True)
+    elapsed = time.perf_counter() - began
+    assert worker.stats.completed == size, worker.stats
+    return size / elapsed
 
 
 async def main(total: int, vacuum: bool) -> None:
@@ -44,37 +66,37 @@ async def main(total: int, vacuum: bool) -> None:
     pool = await create_pool(dsn, min_size=4, max_size=20)
     schema = f"sustained_{uuid.uuid4().hex[:8]}"
     jobs = await JobQueue.connect(pool=pool, schema=schema, registry=registry)
+    control = await JobQueue.connect(pool=pool, schema=f"{schema}_control", registry=registry)
     await jobs.migrate()
+    await control.migrate()
     rates: list[float] = []
+    controls: list[float] = []
     autovacuum = await pool.fetchval("SHOW autovacuum")
     print(f"{total:,} jobs in slices of {SLICE:,}, one worker at concurrency 10; server "
-          f"autovacuum {autovacuum}; vacuum check after each slice: {vacuum}", flush=True)  # fmt: skip
+          f"autovacuum {autovacuum}; vacuum check after each slice: {vacuum}; before each "
+          f"slice a control of {CONTROL:,} jobs on empty tables", flush=True)  # fmt: skip
     try:
         for start in range(0, total, SLICE):
-            size = min(SLICE, total - start)
-            for offset in range(start, start + size, 1000):
-                await jobs.enqueue_many(
-                    JobSpec("noop", {"i": i})
-                    for i in range(offset, min(offset + 1000, start + size))
-                )
-            worker = jobs.worker(concurrency=10)
-            began = time.perf_counter()
-            await worker.run(until_drained=True)
-            elapsed = time.perf_counter() - began
-            assert worker.stats.completed == size, worker.stats
-            rates.append(size / elapsed)
+            await pool.execute(f"TRUNCATE {schema}_control.jobs CASCADE")
+            controls.append(await process(control, 0, CONTROL))
+            rates.append(await process(jobs, start, min(SLICE, total - start)))
             dead, mib = await pg_storage(dsn, schema)
             vacuumed = (
                 (await vacuum_churning_tables(jobs.db, VacuumInput()))["vacuumed"] if vacuum else {}
             )
-            print(f"slice {len(rates):>2}: {rates[-1]:8,.0f} jobs/s   tables {mib:7.1f} MiB   "
-                  f"dead tuples {dead:9,.0f}   vacuumed {sorted(vacuumed) or '-'}",
-                  flush=True)  # fmt: skip
+            print(f"slice {len(rates):>2}: {rates[-1]:8,.0f} jobs/s   control {controls[-1]:8,.0f} "
+                  f"jobs/s   tables {mib:7.1f} MiB   dead tuples {dead:9,.0f}   "
+                  f"vacuumed {sorted(vacuumed) or '-'}", flush=True)  # fmt: skip
     finally:
-        await pool.execute(f"DROP SCHEMA {schema} CASCADE")
+        for name in (schema, f"{schema}_control"):
+            await pool.execute(f"DROP SCHEMA {name} CASCADE")
         await pool.close()
-    print(f"last slice / first slice: {rates[-1] / rates[0]:.2f}× "
+    raw = rates[-1] / rates[0]
+    drift = controls[-1] / controls[0]
+    print(f"last slice / first slice: {raw:.2f}× "
           f"(min {min(rates):,.0f}, max {max(rates):,.0f} jobs/s)")  # fmt: skip
+    print(f"the control, last / first: {drift:.2f}× (the machine's drift); the slice ratio "
+          f"over it: {raw / drift:.2f}× (the tables' growth alone)")  # fmt: skip
 
 
 if __name__ == "__main__":
