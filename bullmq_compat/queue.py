@@ -22,6 +22,7 @@ from bullmq_compat.mapping import (
     edge_policy,
     engine_queue,
     enqueue_options,
+    events_max_len,
     facade_registry,
     json_data,
     options_key,
@@ -123,8 +124,7 @@ class Queue:
         self._borrowed = connection is not None
         self.connection = connection or EngineConnection(self.opts)
         self._registry = facade_registry()
-        events_opts = ((self.opts.get("streams") or {}).get("events")) or {}
-        self._record_events = events_opts.get("maxLen", 10_000) != 0
+        self._record_events = events_max_len(self.opts) != 0
         self._options_memo: dict[Any, dict[str, Any]] = {}  # by options_key (Queue._options)
         self.closing = False
 
@@ -682,6 +682,17 @@ class Queue:
         no 'removed' events, as BullMQ's drain."""
         states = (SubState.READY,) + ((SubState.DELAYED, SubState.RETRY) if delayed else ())
         await (await self.engine()).purge(self._filter(sub_state=states), removed_events=False)
+
+    async def trimEvents(self, maxLength: int) -> int:
+        """Keep about the newest ``maxLength`` events of this queue's log and return how many
+        went, as BullMQ's approximate trim of its event stream: at least ``maxLength`` stay
+        (an ``addBulk``'s or a flow's 'added' events go together, once the newer ones hold
+        ``maxLength``). A ``QueueEvents`` whose ``lastEventId`` is older finds them gone."""
+        if isinstance(maxLength, bool) or not isinstance(maxLength, int) or maxLength < 0:
+            raise pgjobs.InvalidOption(
+                "maxLength", f"must be a whole number of events >= 0, got {maxLength!r}"
+            )
+        return await (await self.engine()).trim_events(self.qualifiedName, maxLength)
 
     async def obliterate(self, force: bool = False) -> None:
         """Delete every job of the queue; refused while jobs are active unless ``force``. No

@@ -22,12 +22,20 @@ from bullmq_compat.custom_errors import (
 )
 from bullmq_compat.emitter import EventEmitter
 from bullmq_compat.job import Job, job_id_of
-from bullmq_compat.mapping import KIND, durability, engine_queue, json_data
+from bullmq_compat.mapping import KIND, durability, engine_queue, events_max_len, json_data
 from bullmq_compat.queue import Queue
 from bullmq_compat.types import QueueBaseOptions, WorkerOptions
 from pgjobs import Delayed, JobContext, WaitForPrerequisites
 
 Processor = Callable[..., Awaitable[Any]]
+
+TRIM_EVENTS_EVERY = 256
+TRIM_EVENTS_INTERVAL = 1.0
+"""A worker trims its queue's event log to its ``streams.events.maxLen`` once this many
+outcomes have written events since its last trim, and at most once every this many seconds (a
+trim reads about maxLen rows): BullMQ trims its event stream as it writes, approximately; this
+keeps the log within maxLen plus what a second's outcomes write, without waiting for the
+GC."""
 
 DRAIN_DELAY_SECONDS = 5
 """How long ``getNextJob`` waits for a job before answering None (BullMQ's ``drainDelay``)."""
@@ -91,6 +99,10 @@ class Worker(EventEmitter):
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise pgjobs.InvalidOption(option, f"must be milliseconds > 0, got {value!r}")
         self._durability = durability(self.opts)
+        self._events_max_len = events_max_len(self.opts)
+        self._untrimmed_outcomes = 0
+        self._trimmed_at = -TRIM_EVENTS_INTERVAL  # monotonic seconds: the first may come at once
+        self._trimming: asyncio.Future[None] | None = None
         worker_name = self.opts.get("name")
         if worker_name is not None and (not isinstance(worker_name, str) or not worker_name):
             raise pgjobs.InvalidOption("name", f"must be a non-empty string, got {worker_name!r}")
@@ -225,6 +237,7 @@ class Worker(EventEmitter):
     def _on_engine_event(self, event: str, ctx: JobContext, detail: dict[str, Any]) -> None:
         if event == "active":
             return
+        self._count_outcome()
         job = self._jobs.pop(ctx.lock_token, None)
         if job is None:
             return
@@ -237,6 +250,30 @@ class Worker(EventEmitter):
             job.attemptsMade = ctx.attempts
             error = job.error or Exception((detail.get("error") or {}).get("message", "failed"))
             self.emit("failed", job, error)
+
+    def _count_outcome(self) -> None:
+        """Trim the queue's event log once ``TRIM_EVENTS_EVERY`` outcomes have come since the
+        last trim, at most every ``TRIM_EVENTS_INTERVAL`` seconds, one trim at a time; never
+        when the queue records no events."""
+        if not self._events_max_len:
+            return
+        self._untrimmed_outcomes += 1
+        now = time.monotonic()
+        if (
+            self._untrimmed_outcomes >= TRIM_EVENTS_EVERY
+            and now - self._trimmed_at >= TRIM_EVENTS_INTERVAL
+            and (self._trimming is None or self._trimming.done())
+        ):
+            self._untrimmed_outcomes = 0
+            self._trimmed_at = now
+            self._trimming = asyncio.ensure_future(self._trim_events())
+
+    async def _trim_events(self) -> None:
+        try:
+            jobs = await self._queue.engine()
+            await jobs.trim_events(self.qualifiedName, self._events_max_len)
+        except Exception as exc:  # a database out of reach, a pool closed under it
+            self.emit("error", exc)  # the next trim takes these rows too
 
     def _on_rescue(self, rows: list[Any]) -> None:
         """A stalled-job check of this worker put jobs back (or failed them): ``stalled``."""
@@ -344,6 +381,8 @@ class Worker(EventEmitter):
         if self._task is not None:
             with contextlib.suppress(Exception):  # already reported on "error"
                 await self._task
+        if self._trimming is not None:
+            await self._trimming  # it reports its own failure on "error"
         await self.settle()
         await self.connection.close()
         self.closed = True

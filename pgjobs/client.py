@@ -805,6 +805,13 @@ class JobQueue:
         """Append a queue-level event to the log (commits with ``connection``'s transaction)."""
         await events.publish(self.db, queue, event, data, tenant=tenant, conn=connection)
 
+    async def trim_events(self, queue: str, keep: int) -> int:
+        """Keep the newest ``keep`` events of ``queue``'s log (every tenant's) and delete the
+        rest now, rather than at the GC's next run; returns how many went. At least ``keep``
+        stay: a row holding a batch's 'added' events goes whole, once the newer rows hold
+        ``keep`` (the GC's rule). A stream whose cursor is older finds them gone."""
+        return await events.trim(self.db, queue, keep)
+
     # -- schedules -------------------------------------------------------------------------
 
     async def upsert_schedule(self, name: str, kind: str, input: Any, **options: Any) -> Any:

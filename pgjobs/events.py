@@ -316,6 +316,17 @@ async def publish(
     )
 
 
+async def trim(db: Database, queue: str, keep: int) -> int:
+    """Keep the newest ``keep`` events of ``queue`` (every tenant's), at least that many: a
+    row of several jobs' 'added' events goes whole, once the newer ones hold ``keep``. Returns
+    how many events went. Readers whose cursor is older simply find them gone, as after the
+    GC's trim."""
+    from pgjobs import validation
+
+    kept = validation.integer("keep", keep, 0, 2**31 - 1)
+    return int(await db.fetchval("trim_queue_events", validation.queue(queue), kept))
+
+
 def _event(row: Any) -> JobEvent:
     return JobEvent(
         cursor=_format_cursor(row["txid"], row["id"], row["part"]),

@@ -74,6 +74,35 @@ LEFT JOIN LATERAL (
 ) ev ON true
 ORDER BY ev.txid::xid8, ev.id, ev.part;
 
+-- name: trim_queue_events
+-- Keep the newest $2 events of queue $1 (every tenant's), as trim_events does for each queue:
+-- a row of several jobs' events counts as that many and goes whole, once the newer rows hold
+-- $2 events. Returns how many events went. The cutoff is found by reading the queue's rows
+-- newest first through job_events_queue_idx and stopping at the first row that goes (the
+-- running sum is computed row by row), so a trim reads about $2 rows, not the queue's whole
+-- log; the rows older than it are then deleted by a range of the same index. One statement: a
+-- row written by a transaction still open is not seen and stays, whatever its position.
+WITH cutoff AS (
+    SELECT txid, id FROM (
+        SELECT txid, id,
+               sum(coalesce(cardinality(added), 1))
+                   OVER (ORDER BY txid DESC, id DESC ROWS UNBOUNDED PRECEDING)
+               - coalesce(cardinality(added), 1) AS newer
+        FROM {schema}.job_events
+        WHERE queue = $1
+        ORDER BY txid DESC, id DESC
+    ) ranked
+    WHERE newer >= $2
+    LIMIT 1
+),
+gone AS (
+    DELETE FROM {schema}.job_events e
+    USING cutoff c
+    WHERE e.queue = $1 AND (e.txid, e.id) <= (c.txid, c.id)
+    RETURNING coalesce(cardinality(e.added), 1) AS events
+)
+SELECT coalesce(sum(events), 0)::bigint FROM gone;
+
 -- name: trim_events
 -- Keep the newest $1 events of each queue, and none older than $2 seconds; returns how many
 -- went. A row of several jobs' events (migration 0018) counts as that many and goes whole,

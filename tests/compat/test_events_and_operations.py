@@ -18,7 +18,8 @@ from bullmq_compat import (
     RateLimitError,
     Worker,
 )
-from pgjobs import JobQueue
+from bullmq_compat.worker import TRIM_EVENTS_EVERY
+from pgjobs import InvalidOption, JobQueue
 from tests.helpers import eventually
 
 
@@ -207,6 +208,55 @@ async def test_events_can_be_switched_off_with_max_len_zero(opts: dict, jobs: Jo
     queue = Queue("quiet", {**opts, "streams": {"events": {"maxLen": 0}}})
     await queue.add("a", {})
     assert await jobs.db.pool.fetchval(f"SELECT count(*) FROM {jobs.schema}.job_events") == 0
+    await queue.close()
+
+
+async def test_trim_events_keeps_the_newest_and_names_a_bad_length(
+    opts: dict, jobs: JobQueue
+) -> None:
+    queue = Queue("trimmed", opts)
+    added = [await queue.add("a", {"n": n}) for n in range(12)]
+    other = Queue("untrimmed", opts)
+    await other.add("b", {})
+    assert await queue.trimEvents(5) == 7
+    events = QueueEvents("trimmed", {**opts, "lastEventId": "0"})
+    recorder = Recorder(events, ["added"])
+    await recorder.wait_for("added", 5)
+    assert [args["jobId"] for _, args in recorder.seen] == [job.id for job in added[-5:]]
+    assert await jobs.db.pool.fetchval(f"SELECT count(*) FROM {jobs.schema}.job_events") == 6
+    for bad in (-1, True, "5", None):
+        with pytest.raises(InvalidOption, match="maxLength"):
+            await queue.trimEvents(bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidOption, match=r"streams\.events\.maxLen"):
+        Queue("trimmed", {**opts, "streams": {"events": {"maxLen": -1}}})
+    await events.close()
+    await other.close()
+    await queue.close()
+
+
+async def test_a_worker_trims_its_queues_events_to_its_max_len(opts: dict, jobs: JobQueue) -> None:
+    """As BullMQ trims its event stream while it writes, a worker trims its queue's log to its
+    ``streams.events.maxLen`` every TRIM_EVENTS_EVERY outcomes: 300 jobs write 601 events
+    (the bulk's 300 'added', then 'active' and 'completed' for each), and after the trim at the
+    256th outcome only the newest 20 and what the last 44 outcomes wrote are left."""
+    streams = {"streams": {"events": {"maxLen": 20}}}
+    queue = Queue("busy", {**opts, **streams})
+    await queue.addBulk([{"name": "n", "data": {"i": i}} for i in range(300)])
+
+    async def process(job: Any, token: str) -> int:
+        return int(job.data["i"])
+
+    await drain_with("busy", {**opts, **streams}, process, 300)
+    assert TRIM_EVENTS_EVERY == 256
+    size = await jobs.db.pool.fetchval(
+        f"SELECT sum(coalesce(cardinality(added), 1)) FROM {jobs.schema}.job_events"
+    )
+    assert 20 <= size <= 20 + 2 * (300 - 256)
+    newest = await jobs.db.pool.fetchval(
+        f"SELECT data->>'output' FROM {jobs.schema}.job_events"
+        " WHERE event = 'completed' ORDER BY txid DESC, id DESC LIMIT 1"
+    )
+    assert newest == "299"  # one job at a time, in order: the last one's event stays
     await queue.close()
 
 

@@ -244,6 +244,104 @@ async def test_gc_keeps_the_newest_events_per_queue(jobs: JobQueue, kinds: None)
         assert sorted(e.job_id for e in kept) == sorted(r.id for r in newest)  # type: ignore[type-var]
 
 
+async def log_size(jobs: JobQueue, queue: str) -> int:
+    """Events of ``queue`` in the log (a batch's row counts one per job)."""
+    return int(
+        await jobs.db.pool.fetchval(
+            f"SELECT coalesce(sum(coalesce(cardinality(added), 1)), 0)"
+            f" FROM {jobs.schema}.job_events WHERE queue = $1",
+            queue,
+        )
+    )
+
+
+async def test_a_queue_trim_keeps_its_newest_events_and_leaves_other_queues(
+    jobs: JobQueue, kinds: None
+) -> None:
+    for n in range(5):
+        await jobs.enqueue("work", {"n": n}, events=True)
+        await jobs.enqueue("work", {"n": n}, events=True, queue="b")
+    assert await jobs.trim_events("q", 2) == 3
+    async with jobs.events(["q"], after="0") as replay:
+        kept = await take(replay, 2)
+        assert replay.buffered == 0
+    newest = await jobs.list_jobs(JobFilter(queue="q"), limit=2)
+    assert sorted(e.job_id for e in kept) == sorted(r.id for r in newest)  # type: ignore[type-var]
+    assert await log_size(jobs, "b") == 5
+    assert await jobs.trim_events("q", 2) == 0  # nothing more to take
+    assert await jobs.trim_events("q", 0) == 2
+    assert await log_size(jobs, "q") == 0
+
+
+async def test_a_queue_trim_takes_a_batch_row_whole_once_newer_rows_hold_the_count(
+    jobs: JobQueue, kinds: None
+) -> None:
+    await jobs.enqueue_batch("work", [{"n": n} for n in range(6)], events=True)
+    await jobs.enqueue("work", {"n": 9}, events=True)
+    assert await jobs.trim_events("q", 3) == 0  # the newer row holds one event: the batch stays
+    assert await log_size(jobs, "q") == 7
+    assert await jobs.trim_events("q", 1) == 6
+    assert await log_size(jobs, "q") == 1
+
+
+async def test_a_queue_trim_refuses_bad_arguments_by_name(jobs: JobQueue) -> None:
+    for keep in (-1, True, "3", 2.0):
+        with pytest.raises(InvalidOption, match="keep"):
+            await jobs.trim_events("q", keep)  # type: ignore[arg-type]
+    with pytest.raises(InvalidOption, match="queue"):
+        await jobs.trim_events("", 3)
+
+
+async def test_an_event_of_a_transaction_open_during_a_trim_stays_until_a_later_trim(
+    jobs: JobQueue,
+) -> None:
+    """A trim decides from its own snapshot: an event row written by a transaction still open
+    is neither counted nor deleted, whatever its place in the log, and a later trim, seeing it,
+    takes it in turn (it is the oldest, by its transaction)."""
+    async with jobs.transaction() as conn:
+        await jobs.publish_event("q", "early", connection=conn)  # the older transaction
+        for n in range(5):
+            await jobs.publish_event("q", f"late{n}")
+        assert await jobs.trim_events("q", 2) == 3
+    assert await log_size(jobs, "q") == 3  # late3, late4 and the early one, now committed
+    assert await jobs.trim_events("q", 2) == 1
+    async with jobs.events(["q"], after="0") as replay:
+        assert [e.event for e in await take(replay, 2)] == ["late3", "late4"]
+
+
+async def test_trims_racing_writers_and_each_other_keep_the_newest(jobs: JobQueue) -> None:
+    """Stress: four writers append 60 events each while two trimmers keep the newest 10 over
+    and over: no trim fails or waits on another for good, every event goes once, and once all
+    have ended one more trim leaves ten rows, the newest of each writer's."""
+    writing = True
+
+    async def write(w: int) -> None:
+        for n in range(60):
+            await jobs.publish_event("q", f"w{w}-{n}")
+
+    async def trim() -> int:
+        removed = 0
+        while writing:
+            removed += await jobs.trim_events("q", 10)
+            await asyncio.sleep(0)
+        return removed
+
+    trimmers = [asyncio.ensure_future(trim()) for _ in range(2)]
+    await asyncio.gather(*(write(w) for w in range(4)))
+    writing = False
+    removed = sum(await asyncio.gather(*trimmers))
+    removed += await jobs.trim_events("q", 10)
+    assert removed == 230
+    kept = await jobs.db.pool.fetch(f"SELECT event FROM {jobs.schema}.job_events")
+    assert len(kept) == 10
+    by_writer: dict[str, list[int]] = {}
+    for row in kept:
+        writer, n = row["event"].split("-")
+        by_writer.setdefault(writer, []).append(int(n))
+    for ns in by_writer.values():  # each writer committed in order: its newest events stay
+        assert sorted(ns) == list(range(60 - len(ns), 60))
+
+
 async def test_a_batch_logs_one_added_event_per_job_and_resumes_inside_it(
     jobs: JobQueue, kinds: None
 ) -> None:
