@@ -29,13 +29,13 @@ from pgjobs import Delayed, JobContext, WaitForPrerequisites
 
 Processor = Callable[..., Awaitable[Any]]
 
+# A worker keeps its queue's event log to its ``streams.events.maxLen``, as BullMQ trims its
+# event stream while it writes: within maxLen plus what a second's outcomes write, without
+# waiting for the engine's GC (which a facade deployment does not schedule).
 TRIM_EVENTS_EVERY = 256
+"""Outcomes since the last trim that make the next one due."""
 TRIM_EVENTS_INTERVAL = 1.0
-"""A worker trims its queue's event log to its ``streams.events.maxLen`` once this many
-outcomes have written events since its last trim, and at most once every this many seconds (a
-trim reads about maxLen rows): BullMQ trims its event stream as it writes, approximately; this
-keeps the log within maxLen plus what a second's outcomes write, without waiting for the
-GC."""
+"""Seconds between two trims at the least: a trim reads about maxLen rows of the log."""
 
 DRAIN_DELAY_SECONDS = 5
 """How long ``getNextJob`` waits for a job before answering None (BullMQ's ``drainDelay``)."""
