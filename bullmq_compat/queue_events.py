@@ -1,9 +1,10 @@
 """QueueEvents and QueueEventsProducer on the engine's event log (pgjobs ``JobQueue.events``).
 
 The log is durable and read in commit order, so ``lastEventId="0"`` replays what is retained
-(the GC keeps the newest 10,000 events per queue) and a listener never sees a job's events out
-of order. Values are shaped as BullMQ's Python ``QueueEvents`` delivers them: strings, except
-``progress.data`` and ``completed.returnvalue``.
+(the queue's workers keep its newest ``streams.events.maxLen``, 10,000 by default; the
+engine's GC, where scheduled, the newest 10,000 per queue) and a listener never sees a job's
+events out of order. Values are shaped as BullMQ's Python ``QueueEvents`` delivers them:
+strings, except ``progress.data`` and ``completed.returnvalue``.
 """
 
 from __future__ import annotations
@@ -203,7 +204,9 @@ class QueueEventsProducer:
         self.connection = EngineConnection(self.opts)
 
     async def publishEvent(self, args: dict[str, Any], maxEvents: int = 1000) -> None:
-        """``maxEvents`` is accepted for signature compatibility; the GC trims the log."""
+        """``maxEvents`` is accepted for signature compatibility and not applied: the queue's
+        workers keep the log to their ``streams.events.maxLen`` (BullMQ trims the whole stream
+        to ``maxEvents`` on each publish)."""
         if "eventName" not in args:
             raise ValueError("publishEvent needs args['eventName']")
         rest = {k: v for k, v in args.items() if k != "eventName"}
