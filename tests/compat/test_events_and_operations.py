@@ -301,6 +301,30 @@ async def test_retention_variants(opts: dict) -> None:
     await queue.close()
 
 
+async def test_remove_on_complete_age_applies_when_a_job_completes(
+    opts: dict, jobs: JobQueue
+) -> None:
+    """``removeOnComplete: {age}`` as BullMQ applies it: when a job with it completes, its
+    queue's completed jobs older than that go, with no GC scheduled."""
+    queue = Queue("aging", opts)
+    hour = {"removeOnComplete": {"age": 3600}}
+    old = [await queue.add("c", {"i": i}, hour) for i in range(3)]
+
+    async def process(job: Any, token: str) -> None:
+        return None
+
+    await drain_with("aging", opts, process, 3)
+    await jobs.db.pool.execute(
+        f"UPDATE {jobs.schema}.jobs SET finished_at = now() - interval '2 hours'"
+    )
+    assert len(await queue.getCompleted()) == 3
+    new = await queue.add("c", {"i": 9}, hour)
+    await drain_with("aging", opts, process, 1)
+    assert [j.id for j in await queue.getCompleted()] == [new.id]
+    assert [await queue.getJob(j.id) for j in old] == [None, None, None]
+    await queue.close()
+
+
 async def test_get_jobs_orders_and_ranges(opts: dict) -> None:
     queue = Queue("pages", opts)
     added = [await queue.add("j", {"i": i}) for i in range(5)]

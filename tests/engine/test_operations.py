@@ -335,6 +335,91 @@ async def test_retention_remove_at_once_on_completion(jobs: JobQueue, kinds) -> 
     assert await jobs.get(kept.id) is not None
 
 
+async def age_history(jobs: JobQueue, hours: float) -> None:
+    """Every finished job finished ``hours`` ago (a history older than its rules)."""
+    await jobs.db.pool.execute(
+        f"UPDATE {jobs.schema}.jobs SET finished_at = now() - make_interval(hours => $1)"
+        " WHERE finished_at IS NOT NULL",
+        hours,
+    )
+
+
+async def test_age_retention_removes_expired_history_as_a_job_finishes(
+    jobs: JobQueue, kinds
+) -> None:
+    """As BullMQ applies ``removeOnComplete: {age}`` at each completion: a finished job whose
+    rule has an age removes its queue's finished jobs of its status whose own age has passed,
+    without the GC; a job with no age rule, with a longer one, or of another status stays."""
+    hour = Keep(age=3600)
+    expiring = [(await jobs.enqueue("x", {"n": i}, keep_completed=hour)).id for i in range(4)]
+    longer = (await jobs.enqueue("x", {"n": 5}, keep_completed=Keep(age=3 * 3600))).id
+    forever = [(await jobs.enqueue("x", {"n": i})).id for i in range(2)]
+    dead = (await jobs.enqueue("y", {"n": -1}, keep_dead=hour)).id
+    await jobs.worker().run(until_drained=True)
+    await age_history(jobs, 2)
+    assert await remaining_ids(jobs) == {*expiring, longer, *forever, dead}  # nothing finished
+    newest = (await jobs.enqueue("x", {"n": 9}, keep_completed=hour)).id
+    await jobs.worker().run(until_drained=True)
+    assert await remaining_ids(jobs) == {longer, *forever, dead, newest}
+    another_dead = (await jobs.enqueue("y", {"n": -2}, keep_dead=hour)).id
+    await jobs.worker().run(until_drained=True)
+    assert await remaining_ids(jobs) == {longer, *forever, newest, another_dead}
+
+
+async def test_age_retention_skips_jobs_another_transaction_holds(jobs: JobQueue, kinds) -> None:
+    """The trim never waits: finished jobs another transaction holds are skipped (here one it
+    locks, as a purge or the GC on its way would, and one it re-drives), the outcome is written
+    at once; after that transaction commits, a later finish takes the job still expired and
+    leaves the re-driven one, which is not finished any more."""
+    hour = Keep(age=3600)
+    old = [(await jobs.enqueue("x", {"n": i}, keep_completed=hour)).id for i in range(3)]
+    await jobs.worker().run(until_drained=True)
+    await age_history(jobs, 2)
+    async with jobs.transaction() as holder:
+        await holder.execute(f"SELECT 1 FROM {jobs.schema}.jobs WHERE id = $1 FOR UPDATE", old[0])
+        await holder.execute(
+            f"UPDATE {jobs.schema}.jobs SET status = 'pending', finished_at = NULL,"
+            " pending_deps = 1 WHERE id = $1",  # back to waiting (on a prerequisite)
+            old[1],
+        )
+        first = (await jobs.enqueue("x", {"n": 7}, keep_completed=hour)).id
+        await asyncio.wait_for(jobs.worker().run(until_drained=True), 20)
+        assert await remaining_ids(jobs) == {old[0], old[1], first}
+    second = (await jobs.enqueue("x", {"n": 8}, keep_completed=hour)).id
+    await jobs.worker().run(until_drained=True)
+    assert await statuses(jobs) == [(old[1], "pending"), (first, "completed"), (second, "completed")]
+
+
+async def test_age_retention_racing_purges_and_other_finishes_never_deadlocks(
+    jobs: JobQueue, kinds
+) -> None:
+    """Stress: 300 expired jobs; two workers finish 60 age-ruled jobs each while a loop purges
+    the expired history in id order. No outcome write fails (a deadlock would fail a batch and
+    leave its jobs running), and the expired history is gone."""
+    hour = Keep(age=3600)
+    await jobs.enqueue_many([JobSpec("x", {"n": i}, keep_completed=hour) for i in range(300)])
+    await jobs.worker(concurrency=10).run(until_drained=True)
+    await age_history(jobs, 2)
+    await jobs.enqueue_many([JobSpec("x", {"n": i}, keep_completed=hour) for i in range(120)])
+    cutoff = await jobs.db.pool.fetchval("SELECT now() - interval '1 hour'")
+    purging = True
+
+    async def purge() -> None:
+        while purging:
+            await jobs.purge(JobFilter(finished_before=cutoff))
+            await asyncio.sleep(0)
+
+    purger = asyncio.ensure_future(purge())
+    workers = [jobs.worker(concurrency=5) for _ in range(2)]
+    await asyncio.gather(*(w.run(until_drained=True) for w in workers))
+    purging = False
+    await purger
+    assert sum(w.stats.completed for w in workers) == 120
+    rows = await jobs.db.pool.fetch(f"SELECT status, finished_at FROM {jobs.schema}.jobs")
+    assert len(rows) == 120 and all(r["status"] == "completed" for r in rows)
+    assert all(r["finished_at"] > cutoff for r in rows)
+
+
 def completions(claimed: list[Any]) -> list[Outcome]:
     """A completed outcome for each claimed row, fenced by its claim's token."""
     return [Outcome(r["id"], r["lock_token"], "completed") for r in claimed]

@@ -21,6 +21,9 @@ DECLARE
     trim_queues  text[];
     trim_states  text[];
     trim_keep    int[];
+    age_queues   text[];
+    age_states   text[];
+    age_keep     float8[];
     trimmed      record;
 BEGIN
     -- One lock order for every multi-row writer of running jobs: ascending id. Only the rows
@@ -46,7 +49,8 @@ BEGIN
                     p_deferred) AS f(id, token, status, output, delay, error, refund, deferred)
         WHERE j.id = f.id AND j.lock_token = f.token  -- a token is set only while running
         RETURNING j.id, j.status, j.queue, j.flow_id,
-                  (j.retention -> j.status ->> 'count')::int AS keep_count
+                  (j.retention -> j.status ->> 'count')::int AS keep_count,
+                  (j.retention -> j.status ->> 'age')::float8 AS keep_age
     )
     SELECT array_agg(id),
            array_agg(id) FILTER (WHERE flow_id IS NOT NULL AND status <> 'pending'),
@@ -55,9 +59,12 @@ BEGIN
            array_agg(DISTINCT queue) FILTER (WHERE status = 'pending'),
            array_agg(queue) FILTER (WHERE keep_count > 0),
            array_agg(status) FILTER (WHERE keep_count > 0),
-           array_agg(keep_count) FILTER (WHERE keep_count > 0)
+           array_agg(keep_count) FILTER (WHERE keep_count > 0),
+           array_agg(queue) FILTER (WHERE keep_age IS NOT NULL),
+           array_agg(status) FILTER (WHERE keep_age IS NOT NULL),
+           array_agg(keep_age) FILTER (WHERE keep_age IS NOT NULL)
     INTO done_ids, flow_ids, remove_ids, done_queues, wake_queues,
-         trim_queues, trim_states, trim_keep
+         trim_queues, trim_states, trim_keep, age_queues, age_states, age_keep
     FROM written;
 
     IF done_ids IS NULL THEN
@@ -113,6 +120,44 @@ BEGIN
                       LIMIT g.k + g.w + 100) newest
             ) t
             WHERE t.keep IS NOT NULL AND t.rank > t.keep
+        ) doomed
+        WHERE j.id = doomed.id
+          AND NOT EXISTS (SELECT FROM {schema}.job_edges e JOIN {schema}.jobs d ON d.id = e.dependent_id
+                          WHERE e.prerequisite_id = j.id AND d.status IN ('pending', 'running'));
+    END IF;
+    -- Retention {"age": s}: remove the finished jobs of each (queue, status) just written to
+    -- whose own rule's age has passed, as BullMQ does at completion (the GC does it too). A call
+    -- examines at most the 1,000 most recently expired rows of each (queue, status): those
+    -- finished before the shortest age just written, newest first, through jobs_finished_idx.
+    -- So it costs that at most however long the history, and a rule's rows are reached as
+    -- they expire, even behind older rows other rules keep (rows of a longer rule in between
+    -- only delay them until they expire too; the GC takes the rest). Rows another transaction
+    -- holds (a purge, a clean, the GC, another finish's trim) are skipped, never waited for:
+    -- no lock order to agree on with them, and what is skipped goes at a later finish or by
+    -- the GC. A row changed meanwhile is read again as of its change before it is locked, so a
+    -- job re-driven since is not finished any more and stays. Never a job a pending or running
+    -- dependent still reads, nor one the metrics sweep has not counted (as the GC).
+    IF age_queues IS NOT NULL THEN
+        PERFORM {schema}.quiet_next_removal();  -- no 'removed' events (job_events.sql)
+        DELETE FROM {schema}.jobs j
+        USING (
+            SELECT x.id FROM {schema}.jobs x
+            WHERE x.id IN (
+                    SELECT seen.id
+                    FROM (SELECT u.q, u.s, min(u.a) AS a
+                          FROM unnest(age_queues, age_states, age_keep) AS u(q, s, a)
+                          GROUP BY u.q, u.s) g,
+                    LATERAL (SELECT h.id FROM {schema}.jobs h
+                             WHERE h.queue = g.q AND h.status = g.s
+                               AND h.finished_at IS NOT NULL
+                               AND h.finished_at < now() - make_interval(secs => g.a)
+                             ORDER BY h.finished_at DESC
+                             LIMIT 1000) seen)
+              AND x.finished_at
+                  < now() - make_interval(secs => (x.retention -> x.status ->> 'age')::float8)
+              AND x.finished_at < coalesce((SELECT w.swept_until
+                                            FROM {schema}.metrics_watermark w), 'infinity')
+            FOR UPDATE OF x SKIP LOCKED
         ) doomed
         WHERE j.id = doomed.id
           AND NOT EXISTS (SELECT FROM {schema}.job_edges e JOIN {schema}.jobs d ON d.id = e.dependent_id
