@@ -387,7 +387,11 @@ async def test_age_retention_skips_jobs_another_transaction_holds(jobs: JobQueue
         assert await remaining_ids(jobs) == {old[0], old[1], first}
     second = (await jobs.enqueue("x", {"n": 8}, keep_completed=hour)).id
     await jobs.worker().run(until_drained=True)
-    assert await statuses(jobs) == [(old[1], "pending"), (first, "completed"), (second, "completed")]
+    assert await statuses(jobs) == [
+        (old[1], "pending"),
+        (first, "completed"),
+        (second, "completed"),
+    ]
 
 
 async def test_age_retention_racing_purges_and_other_finishes_never_deadlocks(
