@@ -48,9 +48,12 @@ BEGIN
         FROM unnest(p_ids, p_tokens, p_statuses, p_outputs, p_delays, p_errors, p_refunds,
                     p_deferred) AS f(id, token, status, output, delay, error, refund, deferred)
         WHERE j.id = f.id AND j.lock_token = f.token  -- a token is set only while running
-        RETURNING j.id, j.status, j.queue, j.flow_id,
-                  (j.retention -> j.status ->> 'count')::int AS keep_count,
-                  (j.retention -> j.status ->> 'age')::float8 AS keep_age
+        RETURNING j.id, j.status, j.queue, j.flow_id, j.retention -> j.status AS rule
+    ),
+    kept AS (  -- the rule of the status written, read once per row
+        SELECT w.id, w.status, w.queue, w.flow_id, (w.rule ->> 'count')::int AS keep_count,
+               (w.rule ->> 'age')::float8 AS keep_age
+        FROM written w
     )
     SELECT array_agg(id),
            array_agg(id) FILTER (WHERE flow_id IS NOT NULL AND status <> 'pending'),
@@ -65,7 +68,7 @@ BEGIN
            array_agg(keep_age) FILTER (WHERE keep_age IS NOT NULL)
     INTO done_ids, flow_ids, remove_ids, done_queues, wake_queues,
          trim_queues, trim_states, trim_keep, age_queues, age_states, age_keep
-    FROM written;
+    FROM kept;
 
     IF done_ids IS NULL THEN
         RETURN;
