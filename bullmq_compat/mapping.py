@@ -160,16 +160,19 @@ def _count(option: str, value: Any) -> int:
     return value
 
 
+def event_count(option: str, value: Any) -> int:
+    """A number of events (a log length), refused by ``option``'s name unless a whole number
+    >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidOption(option, f"must be a whole number of events >= 0, got {value!r}")
+    return value
+
+
 def events_max_len(opts: dict[str, Any]) -> int:
     """The ``streams.events.maxLen`` option of a Queue or Worker (default 10,000, BullMQ's):
     about how many events its queue's log keeps; 0 records none."""
     events = (opts.get("streams") or {}).get("events") or {}
-    value = events.get("maxLen", 10_000)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidOption(
-            "streams.events.maxLen", f"must be a whole number of events >= 0, got {value!r}"
-        )
-    return value
+    return event_count("streams.events.maxLen", events.get("maxLen", 10_000))
 
 
 def _keep(option: str, value: Any) -> Keep | None:

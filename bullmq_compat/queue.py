@@ -22,6 +22,7 @@ from bullmq_compat.mapping import (
     edge_policy,
     engine_queue,
     enqueue_options,
+    event_count,
     events_max_len,
     facade_registry,
     json_data,
@@ -688,11 +689,8 @@ class Queue:
         went, as BullMQ's approximate trim of its event stream: at least ``maxLength`` stay
         (an ``addBulk``'s or a flow's 'added' events go together, once the newer ones hold
         ``maxLength``). A ``QueueEvents`` whose ``lastEventId`` is older finds them gone."""
-        if isinstance(maxLength, bool) or not isinstance(maxLength, int) or maxLength < 0:
-            raise pgjobs.InvalidOption(
-                "maxLength", f"must be a whole number of events >= 0, got {maxLength!r}"
-            )
-        return await (await self.engine()).trim_events(self.qualifiedName, maxLength)
+        keep = event_count("maxLength", maxLength)
+        return await (await self.engine()).trim_events(self.qualifiedName, keep)
 
     async def obliterate(self, force: bool = False) -> None:
         """Delete every job of the queue; refused while jobs are active unless ``force``. No

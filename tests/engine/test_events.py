@@ -23,6 +23,7 @@ from pgjobs import (
     Registry,
 )
 from pgjobs.maintenance import GcInput, collect_garbage
+from tests.helpers import eventually
 from tests.interleave import overlap
 
 
@@ -307,6 +308,36 @@ async def test_an_event_of_a_transaction_open_during_a_trim_stays_until_a_later_
     assert await jobs.trim_events("q", 2) == 1
     async with jobs.events(["q"], after="0") as replay:
         assert [e.event for e in await take(replay, 2)] == ["late3", "late4"]
+
+
+async def test_a_trim_waiting_on_another_finds_its_rows_gone_and_deletes_nothing_more(
+    jobs: JobQueue,
+) -> None:
+    """Two trims of one queue, the first left uncommitted: the second, which saw the same rows
+    and chose the same cutoff, waits on the rows the first deletes; once the first commits it
+    finds them gone (READ COMMITTED reads each again as of that commit) and deletes nothing
+    else, so the log holds the newest ``keep`` events, not fewer."""
+    for n in range(5):
+        await jobs.publish_event("q", f"e{n}")
+    async with jobs.db.pool.acquire() as first:
+        tx = first.transaction()
+        await tx.start()
+        assert await jobs.db.fetchval("trim_queue_events", "q", 2, conn=first) == 3
+        pid = first.get_server_pid()
+        second = asyncio.ensure_future(jobs.trim_events("q", 2))
+
+        async def second_waits_for_first() -> bool:
+            rows = await jobs.db.pool.fetch(
+                "SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", pid
+            )
+            return bool(rows)
+
+        await eventually(second_waits_for_first)
+        await tx.commit()
+    assert await second == 0
+    async with jobs.events(["q"], after="0") as replay:
+        assert [e.event for e in await take(replay, 2)] == ["e3", "e4"]
+        assert replay.buffered == 0
 
 
 async def test_trims_racing_writers_and_each_other_keep_the_newest(jobs: JobQueue) -> None:
