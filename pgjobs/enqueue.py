@@ -419,15 +419,16 @@ def _names(names: list[Any]) -> list[str]:
 
 
 def _backoff_text(value: Any) -> str:
-    """The stored JSON of a backoff policy; a Backoff object's is computed once."""
+    """The stored JSON of a backoff policy (``Backoff.stored_json``); a Backoff object's is
+    computed once."""
     if isinstance(value, Backoff):
         return _backoff_json(value)
-    return jsonvalue.dumps(validation.backoff(value).to_json())
+    return jsonvalue.dumps(validation.backoff(value).stored_json())
 
 
 @functools.lru_cache(maxsize=256)
 def _backoff_json(value: Backoff) -> str:
-    return jsonvalue.dumps(value.to_json())
+    return jsonvalue.dumps(value.stored_json())
 
 
 def _dedup_hold(spec: JobSpec, dedup_key: str | None) -> DedupHold | None:

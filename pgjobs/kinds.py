@@ -76,7 +76,7 @@ class Kind(Generic[InputT]):
     group_key: Callable[[InputT], str | None] | None = None
     adapter: pydantic.TypeAdapter[InputT] = field(init=False, repr=False)
     backoff_json: str = field(init=False, repr=False)
-    """The stored JSON of ``backoff``, computed once."""
+    """The stored JSON of ``backoff`` (``Backoff.stored_json``), computed once."""
     retention_json: str | None = field(init=False, repr=False)
     """The stored JSON of ``keep_completed``/``keep_dead`` (None: neither), computed once."""
 
@@ -98,7 +98,7 @@ class Kind(Generic[InputT]):
                 "input", f"kind {self.name!r}: not a type pydantic can validate: {exc}"
             ) from None
         object.__setattr__(self, "adapter", adapter)
-        object.__setattr__(self, "backoff_json", jsonvalue.dumps(self.backoff.to_json()))
+        object.__setattr__(self, "backoff_json", jsonvalue.dumps(self.backoff.stored_json()))
         object.__setattr__(
             self, "retention_json", jsonvalue.dumps(retention) if retention else None
         )

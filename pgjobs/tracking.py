@@ -9,6 +9,7 @@ from typing import Any, Literal
 import asyncpg
 
 from pgjobs import jsonvalue, validation
+from pgjobs.backoff import Backoff
 from pgjobs.errors import InvalidOption
 from pgjobs.executor import Database
 from pgjobs.models import (
@@ -53,6 +54,7 @@ def job_row(record: asyncpg.Record) -> JobRow:
         "retention",
     ):
         values[column] = jsonvalue.loads(values[column])
+    values["backoff"] = Backoff.from_json(values["backoff"]).to_json()  # stored without defaults
     values["errors"] = attempt_errors(jsonvalue.loads(values["errors"]), values["last_error"])
     values["status"] = Status(values["status"])
     values["sub_state"] = SubState(values["sub_state"])

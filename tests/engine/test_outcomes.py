@@ -125,6 +125,81 @@ async def test_backoff_delays_the_retry(jobs: JobQueue, registry: Registry) -> N
     assert row.started_at is not None and row.run_at - row.started_at > timedelta(minutes=59)
 
 
+async def test_a_job_row_holds_only_the_backoff_fields_that_differ_from_the_defaults(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    @registry.kind("plain", input=Task)
+    async def plain(ctx, task: Task) -> None:
+        return None
+
+    uncapped = Backoff.exponential(5.0, max_delay=None, jitter=0.5)
+    ids = [
+        (await jobs.enqueue("plain", {})).id,
+        (await jobs.enqueue("plain", {}, backoff=Backoff.fixed(2))).id,
+        (await jobs.enqueue("plain", {}, backoff=uncapped)).id,
+    ]
+    stored = await jobs.db.pool.fetch(
+        f"SELECT backoff::text FROM {jobs.schema}.jobs WHERE id = ANY($1) ORDER BY id", ids
+    )
+    assert [r["backoff"] for r in stored] == [
+        "{}",
+        '{"type": "fixed", "delay": 2, "max_delay": null}',
+        '{"delay": 5.0, "jitter": 0.5, "max_delay": null}',
+    ]
+    shown = [(await jobs.get(i)).backoff for i in ids]  # type: ignore[union-attr]
+    assert shown == [
+        {"type": "exponential", "delay": 1.0, "max_delay": 3600.0, "jitter": 0.0},
+        {"type": "fixed", "delay": 2, "max_delay": None, "jitter": 0.0},
+        {"type": "exponential", "delay": 5.0, "max_delay": None, "jitter": 0.5},
+    ]
+
+
+async def test_a_retry_reads_the_backoff_of_rows_from_before_and_after_the_compact_form(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    """A row of an earlier release holds every field; a row of this one only those that differ
+    from the defaults (``{}``: exponential from 1 s). Both give their own delay."""
+
+    @registry.kind("fails", input=Task, max_attempts=2)
+    async def fails(ctx, task: Task) -> None:
+        raise ValueError("later")
+
+    compact = (await jobs.enqueue("fails", {"n": 1})).id
+    full = (await jobs.enqueue("fails", {"n": 2})).id
+    await jobs.db.pool.execute(
+        f"UPDATE {jobs.schema}.jobs SET backoff = $2::jsonb WHERE id = $1",
+        full,
+        '{"type": "fixed", "delay": 7200.0, "max_delay": null, "jitter": 0.0}',
+    )
+    worker = jobs.worker(concurrency=2)
+    worker.start()
+
+    async def both_retried() -> bool:
+        return worker.stats.retried == 2
+
+    await eventually(both_retried)
+    await worker.stop()
+    rows = {i: await jobs.get(i) for i in (compact, full)}
+    waits = {i: row.run_at - row.started_at for i, row in rows.items() if row is not None}
+    assert timedelta(seconds=1) <= waits[compact] < timedelta(minutes=1)
+    assert timedelta(hours=2) <= waits[full] < timedelta(hours=2, minutes=1)
+
+
+def test_a_stored_backoff_reads_back_as_the_same_policy() -> None:
+    policies = [
+        Backoff(),
+        Backoff.fixed(2),
+        Backoff.fixed(1.0),  # its delay is the default's: not written, read back as 1.0
+        Backoff.exponential(1.0, max_delay=None),  # no cap is written out, never defaulted
+        Backoff.exponential(3.0, max_delay=60.0, jitter=0.25),
+    ]
+    for policy in policies:
+        assert Backoff.from_json(policy.stored_json()) == policy
+        assert Backoff.from_json(policy.to_json()) == policy
+    assert Backoff().stored_json() == {}
+    assert Backoff.exponential(1.0, max_delay=None).stored_json() == {"max_delay": None}
+
+
 def test_backoff_policies_are_pure() -> None:
     exp = Backoff.exponential(1.0, max_delay=10.0)
     assert [exp.seconds(a) for a in (1, 2, 3, 4, 5)] == [1.0, 2.0, 4.0, 8.0, 10.0]
