@@ -25,6 +25,18 @@ async def finish(jobs: JobQueue, job_id: int):
     return row
 
 
+async def run_until_retried(jobs: JobQueue, count: int) -> None:
+    """Run a worker until it has written ``count`` retries (of jobs it then leaves pending)."""
+    worker = jobs.worker(concurrency=2)
+    worker.start()
+
+    async def retried() -> bool:
+        return worker.stats.retried == count
+
+    await eventually(retried)
+    await worker.stop()
+
+
 async def test_return_value_completes_and_stores_output(jobs: JobQueue, registry: Registry) -> None:
     @registry.kind("ok", input=Task)
     async def ok(ctx, task: Task) -> dict:
@@ -112,14 +124,7 @@ async def test_backoff_delays_the_retry(jobs: JobQueue, registry: Registry) -> N
         raise ValueError("later")
 
     result = await jobs.enqueue("slow_retry", {})
-    worker = jobs.worker(concurrency=1)
-    worker.start()
-
-    async def retry_written() -> bool:
-        return worker.stats.retried == 1
-
-    await eventually(retry_written)
-    await worker.stop()
+    await run_until_retried(jobs, 1)
     row = await jobs.get(result.id)
     assert row is not None and row.status is Status.PENDING and row.attempts == 1
     assert row.started_at is not None and row.run_at - row.started_at > timedelta(minutes=59)
@@ -171,14 +176,7 @@ async def test_a_retry_reads_the_backoff_of_rows_from_before_and_after_the_compa
         full,
         '{"type": "fixed", "delay": 7200.0, "max_delay": null, "jitter": 0.0}',
     )
-    worker = jobs.worker(concurrency=2)
-    worker.start()
-
-    async def both_retried() -> bool:
-        return worker.stats.retried == 2
-
-    await eventually(both_retried)
-    await worker.stop()
+    await run_until_retried(jobs, 2)
     rows = {i: await jobs.get(i) for i in (compact, full)}
     waits = {i: row.run_at - row.started_at for i, row in rows.items() if row is not None}
     assert timedelta(seconds=1) <= waits[compact] < timedelta(minutes=1)
