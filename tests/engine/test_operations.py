@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pydantic
@@ -333,6 +334,54 @@ async def test_retention_remove_at_once_on_completion(jobs: JobQueue, kinds) -> 
     assert await jobs.get(gone.id) is None
     assert await jobs.get(dead_removed.id) is None
     assert await jobs.get(kept.id) is not None
+
+
+async def events_of(jobs: JobQueue, job_id: int) -> list[tuple[str, Any]]:
+    rows = await jobs.db.pool.fetch(
+        f"SELECT event, data FROM {jobs.schema}.job_events WHERE job_id = $1 ORDER BY id", job_id
+    )
+    return [(r["event"], None if r["data"] is None else json.loads(r["data"])) for r in rows]
+
+
+async def test_a_job_removed_at_once_records_its_outcome_and_no_removal(
+    jobs: JobQueue, kinds
+) -> None:
+    """A job whose rule keeps none of its status is deleted as it finishes, never written
+    finished: its 'completed' or 'failed' event is the one the update would have recorded,
+    and no 'removed' event follows (housekeeping, as BullMQ's removeOnComplete)."""
+    done = await jobs.enqueue("x", {"n": 7}, keep_completed=Keep(count=0), events=True)
+    failed = await jobs.enqueue("y", {"n": -1}, keep_dead=Keep(count=0), events=True)
+    await jobs.worker().run(until_drained=True)
+    assert await jobs.get(done.id) is None and await jobs.get(failed.id) is None
+    assert await events_of(jobs, done.id) == [
+        ("active", {"attempt": 1}),
+        ("completed", {"output": 7, "attempts": 1}),
+    ]
+    ((first, _), (event, data)) = await events_of(jobs, failed.id)
+    assert (first, event) == ("active", "failed") and (data["attempts"], data["max_attempts"]) == (
+        1,
+        1,
+    )
+    assert data["error"]["message"] == "negative"
+
+
+async def test_a_lapsed_claim_cannot_remove_a_job_at_once(jobs: JobQueue, kinds) -> None:
+    """The deletion is fenced by the claim's token as the update is: the worker whose lease
+    lapsed finishes nothing, and the job goes only with the outcome of the claim that holds
+    it, recording one 'completed' event."""
+    job = await jobs.enqueue(
+        "x", {"n": 1}, max_attempts=2, keep_completed=Keep(count=0), events=True
+    )
+    stale = (await jobs.db.fetch("claim", ["default"], ["x"], 1, 30.0, 0))[0]
+    await expire_lease(jobs, job.id)
+    assert len(await jobs.db.fetch("rescue_stalled", 10, notify_channel(jobs.schema))) == 1
+    fresh = (await jobs.db.fetch("claim", ["default"], ["x"], 1, 30.0, 0))[0]
+    assert await write_outcomes(jobs.db, completions([stale])) == set()
+    row = await jobs.get(job.id)
+    assert row is not None and row.status is Status.RUNNING
+    assert await write_outcomes(jobs.db, completions([fresh])) == {job.id}
+    assert await jobs.get(job.id) is None
+    assert [e for e, _ in await events_of(jobs, job.id)].count("completed") == 1
 
 
 async def age_history(jobs: JobQueue, hours: float) -> None:

@@ -24,14 +24,65 @@ DECLARE
     age_queues   text[];
     age_states   text[];
     age_keep     float8[];
+    any_goes     boolean;
+    gone_ids     bigint[];
+    gone_queues  text[];
     trimmed      record;
 BEGIN
     -- One lock order for every multi-row writer of running jobs: ascending id. Only the rows
     -- still held by the given tokens: no other row stays locked while the trim lock is awaited.
-    PERFORM 1 FROM {schema}.jobs j, unnest(p_ids, p_tokens) AS f(id, token)
-    WHERE j.id = f.id AND j.lock_token = f.token
-    ORDER BY j.id
-    FOR UPDATE OF j;
+    -- Whether one of them goes at once (below) is read as they are locked.
+    SELECT coalesce(bool_or(x.goes), false) INTO any_goes
+    FROM (SELECT (j.retention -> f.status ->> 'count')::int = 0 AND j.flow_id IS NULL AS goes
+          FROM {schema}.jobs j, unnest(p_ids, p_tokens, p_statuses) AS f(id, token, status)
+          WHERE j.id = f.id AND j.lock_token = f.token
+          ORDER BY j.id
+          FOR UPDATE OF j) x;
+    -- Retention {"count": 0} for the status written, outside any flow: the job goes now, its
+    -- row deleted as it stands rather than first written finished (a second dead version, and
+    -- an entry in each index of finished jobs, for a row deleted in the same transaction). Its
+    -- 'completed' or 'failed' event is written here as the update trigger writes it
+    -- (job_events.sql); the removal itself is housekeeping and writes none. The rows are
+    -- those locked above: the same fence by token as the UPDATE below, which then finds them
+    -- gone.
+    IF any_goes THEN
+        PERFORM {schema}.quiet_next_removal();  -- no 'removed' events (job_events.sql)
+        WITH gone AS (
+            DELETE FROM {schema}.jobs j
+            USING unnest(p_ids, p_tokens, p_statuses, p_outputs, p_errors, p_refunds)
+                  AS f(id, token, status, output, error, refund)
+            WHERE j.id = f.id AND j.lock_token = f.token AND f.status IN ('completed', 'dead')
+              AND (j.retention -> f.status ->> 'count')::int = 0
+              AND j.flow_id IS NULL
+              AND NOT EXISTS (SELECT FROM {schema}.job_edges e WHERE e.prerequisite_id = j.id)
+            RETURNING j.id, j.queue, j.job_key, j.tenant, j.record_events, f.status,
+                      f.output::jsonb AS output,
+                      coalesce(f.error::jsonb, j.last_error) AS last_error,
+                      j.attempts - f.refund AS attempts, j.max_attempts
+        ),
+        recorded AS (
+            INSERT INTO {schema}.job_events (queue, job_id, job_key, tenant, event, prev, data)
+            SELECT g.queue, g.id, g.job_key, g.tenant,
+                   CASE g.status WHEN 'completed' THEN 'completed' ELSE 'failed' END, 'running',
+                   CASE g.status
+                       WHEN 'completed' THEN jsonb_build_object('output', g.output,
+                                                                'attempts', g.attempts)
+                       ELSE jsonb_build_object('error', g.last_error, 'attempts', g.attempts,
+                                               'max_attempts', g.max_attempts)
+                   END
+            FROM gone g
+            WHERE g.record_events
+            ORDER BY g.id
+            RETURNING queue
+        ),
+        readers AS (
+            SELECT count(pg_notify('{schema}_events', q.queue)) AS notified
+            FROM (SELECT DISTINCT r.queue FROM recorded r) q
+        )
+        SELECT array_agg(g.id), array_agg(DISTINCT g.queue)
+        INTO gone_ids, gone_queues
+        FROM gone g, readers;
+    END IF;
     WITH written AS (
         UPDATE {schema}.jobs j
         SET status = f.status,
@@ -70,6 +121,11 @@ BEGIN
          trim_queues, trim_states, trim_keep, age_queues, age_states, age_keep
     FROM kept;
 
+    IF gone_ids IS NOT NULL THEN
+        done_ids := coalesce(done_ids, '{}') || gone_ids;
+        done_queues := ARRAY(SELECT DISTINCT q
+                             FROM unnest(coalesce(done_queues, '{}') || gone_queues) AS q);
+    END IF;
     IF done_ids IS NULL THEN
         RETURN;
     END IF;
