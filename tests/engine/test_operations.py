@@ -384,6 +384,48 @@ async def test_a_lapsed_claim_cannot_remove_a_job_at_once(jobs: JobQueue, kinds)
     assert [e for e, _ in await events_of(jobs, job.id)].count("completed") == 1
 
 
+async def test_removal_at_finish_racing_a_purge_ends_each_job_one_way(
+    jobs: JobQueue, kinds
+) -> None:
+    """Two workers finish jobs that go as they finish while purges that take running jobs too
+    hit their queue: every job ends exactly one way, completed by a worker (one 'completed'
+    event) or purged (one 'removed' event), none both, none left."""
+    keep = Keep(count=0)
+    workers = [jobs.worker(concurrency=4) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    ids: list[int] = []
+    purged = 0
+    for batch in range(20):
+        added = await jobs.enqueue_many(
+            [JobSpec("x", {"n": i}, keep_completed=keep, events=True) for i in range(15)]
+        )
+        ids += [r.id for r in added]
+        if batch % 4 == 3:
+            purged += (await jobs.purge(JobFilter(kind="x"), running="cancel")).deleted
+
+    async def all_gone() -> bool:
+        return not await remaining_ids(jobs)
+
+    await eventually(all_gone)
+    for worker in workers:
+        await worker.stop()
+    rows = await jobs.db.pool.fetch(
+        f"SELECT job_id, event FROM {jobs.schema}.job_events"
+        " WHERE job_id = ANY($1) AND event IN ('completed', 'removed')",
+        ids,
+    )
+    endings: dict[int, list[str]] = {}
+    for r in rows:
+        endings.setdefault(r["job_id"], []).append(r["event"])
+    assert sorted(endings) == sorted(ids)
+    assert all(len(ends) == 1 for ends in endings.values())
+    completed = sum(worker.stats.completed for worker in workers)
+    assert [e for (e,) in endings.values()].count("completed") == completed
+    assert [e for (e,) in endings.values()].count("removed") == purged
+    assert completed + purged == len(ids)
+
+
 async def age_history(jobs: JobQueue, hours: float) -> None:
     """Every finished job finished ``hours`` ago (a history older than its rules)."""
     await jobs.db.pool.execute(
