@@ -55,7 +55,8 @@ BEGIN
               AND (j.retention -> f.status ->> 'count')::int = 0
               AND j.flow_id IS NULL
               AND NOT EXISTS (SELECT FROM {schema}.job_edges e WHERE e.prerequisite_id = j.id)
-            RETURNING j.id, j.queue, j.job_key, j.tenant, j.record_events, f.status,
+            RETURNING j.id, j.queue, j.job_key, j.tenant, j.record_events,
+                      CASE f.status WHEN 'completed' THEN 'completed' ELSE 'failed' END AS event,
                       f.output::jsonb AS output,
                       coalesce(f.error::jsonb, j.last_error) AS last_error,
                       j.attempts - f.refund AS attempts, j.max_attempts
@@ -63,13 +64,9 @@ BEGIN
         recorded AS (
             INSERT INTO {schema}.job_events (queue, job_id, job_key, tenant, event, prev, data)
             SELECT g.queue, g.id, g.job_key, g.tenant,
-                   CASE g.status WHEN 'completed' THEN 'completed' ELSE 'failed' END, 'running',
-                   CASE g.status
-                       WHEN 'completed' THEN jsonb_build_object('output', g.output,
-                                                                'attempts', g.attempts)
-                       ELSE jsonb_build_object('error', g.last_error, 'attempts', g.attempts,
-                                               'max_attempts', g.max_attempts)
-                   END
+                   g.event, 'running',
+                   {schema}.outcome_event_data(g.event, g.output, g.last_error, g.attempts,
+                                               g.max_attempts)
             FROM gone g
             WHERE g.record_events
             ORDER BY g.id

@@ -60,6 +60,20 @@ BEGIN
 END
 $fn$;
 
+-- outcome_event_data: the data of a 'completed' event (the output) or a 'failed' one (the
+-- error and the attempts), as the update trigger below and finish_jobs' removal at finish
+-- write them (a SQL function: inlined where it is called).
+CREATE OR REPLACE FUNCTION {schema}.outcome_event_data(
+    p_event text, p_output jsonb, p_error jsonb, p_attempts int, p_max_attempts int
+) RETURNS jsonb LANGUAGE sql IMMUTABLE AS $fn$
+    SELECT CASE p_event
+               WHEN 'completed' THEN jsonb_build_object('output', p_output,
+                                                        'attempts', p_attempts)
+               ELSE jsonb_build_object('error', p_error, 'attempts', p_attempts,
+                                       'max_attempts', p_max_attempts)
+           END
+$fn$;
+
 --
 -- record_changed_events: the events of an UPDATE of jobs. A statement none of whose rows
 -- records events (every native job by default) ends at the first look: the full statement
@@ -104,11 +118,10 @@ BEGIN
         SELECT c.queue, c.id, c.job_key, c.tenant, c.ev, c.prev,
                CASE c.ev
                    WHEN 'active' THEN jsonb_build_object('attempt', c.attempts)
-                   WHEN 'completed' THEN jsonb_build_object('output', c.output,
-                                                            'attempts', c.attempts)
-                   WHEN 'failed' THEN jsonb_build_object('error', c.last_error,
-                                                         'attempts', c.attempts,
-                                                         'max_attempts', c.max_attempts)
+                   WHEN 'completed' THEN {schema}.outcome_event_data(
+                       'completed', c.output, c.last_error, c.attempts, c.max_attempts)
+                   WHEN 'failed' THEN {schema}.outcome_event_data(
+                       'failed', c.output, c.last_error, c.attempts, c.max_attempts)
                    WHEN 'cancelled' THEN NULL
                    WHEN 'progress' THEN jsonb_build_object('progress', c.progress)
                    WHEN 'requeued' THEN jsonb_build_object('run_at', c.run_at)
