@@ -12,6 +12,7 @@ import pytest
 from pgjobs import (
     EdgePolicy,
     Flow,
+    InvalidFlow,
     InvalidJobInput,
     InvalidOption,
     JobContext,
@@ -424,6 +425,105 @@ async def test_removal_at_finish_racing_a_purge_ends_each_job_one_way(
     assert [e for (e,) in endings.values()].count("completed") == completed
     assert [e for (e,) in endings.values()].count("removed") == purged
     assert completed + purged == len(ids)
+
+
+@pytest.mark.parametrize("keep", [None, Keep(count=0)])
+async def test_a_dependency_between_jobs_outside_flows_is_resolved_when_its_prerequisite_ends(
+    jobs: JobQueue, kinds, keep: Keep | None
+) -> None:
+    """``add_dependency`` puts an edge between jobs of no flow: the prerequisite's finish
+    resolves it as a flow's (it used to look for dependents only in flows, and the dependent
+    waited for ever), and a prerequisite that removes itself as it finishes stays until the
+    dependent no longer reads it."""
+    first = await jobs.enqueue("x", {"n": 1}, keep_completed=keep)
+    second = await jobs.enqueue("x", {"n": 2}, keep_completed=keep)
+    await jobs.add_dependency(first.id, second.id)
+    await jobs.worker().run(until_drained=True)
+    assert kinds["x"] == [1, 2]
+    # a prerequisite kept for its dependent is left to the GC's count rule
+    assert await remaining_ids(jobs) == ({first.id} if keep else {first.id, second.id})
+
+
+async def test_a_dependency_on_a_job_that_dies_stalled_outside_flows_cascades(
+    jobs: JobQueue, kinds
+) -> None:
+    doomed = await jobs.enqueue("x", {"n": 1})
+    dependent = await jobs.enqueue("x", {"n": 2})
+    await jobs.add_dependency(doomed.id, dependent.id, policy=EdgePolicy.CASCADE)
+    (claimed,) = await jobs.db.fetch("claim", ["default"], ["x"], 1, 30.0, 0)
+    assert claimed["id"] == doomed.id
+    await expire_lease(jobs, doomed.id)
+    rescued = await jobs.db.fetch("rescue_stalled", 10, notify_channel(jobs.schema))
+    assert [(r["id"], r["status"]) for r in rescued] == [(doomed.id, "dead")]
+    row = await jobs.get(dependent.id)
+    assert row is not None and row.status is Status.DEAD  # failed with its prerequisite
+
+
+@pytest.mark.parametrize("keep", [None, Keep(count=0)])
+async def test_a_dependency_added_while_its_prerequisite_finishes_is_resolved(
+    jobs: JobQueue, kinds, keep: Keep | None
+) -> None:
+    """The dependency is added first, in a transaction left open: it holds the running
+    prerequisite (FOR SHARE), so the finish waits for its commit, then reads the new edge
+    with a fresh snapshot and releases the dependent; a prerequisite that removes itself as
+    it finishes is kept while the dependent reads it."""
+    first = await jobs.enqueue("x", {"n": 1}, keep_completed=keep)
+    second = await jobs.enqueue("x", {"n": 2})
+    (claimed,) = await jobs.db.fetch("claim", ["default"], ["x"], 1, 30.0, 0)
+    assert claimed["id"] == first.id
+
+    async def attach(conn: Any) -> None:
+        await jobs.add_dependency(first.id, second.id, connection=conn)
+
+    async def finish(conn: Any) -> set[int]:
+        return await write_outcomes(jobs.db, completions([claimed]), conn)
+
+    _, written, waited = await overlap(jobs.db.pool, attach, finish)
+    assert waited and written == {first.id}
+    row = await jobs.get(second.id)
+    assert row is not None and row.status is Status.PENDING and row.pending_deps == 0
+    kept = await jobs.get(first.id)
+    assert kept is not None and kept.status is Status.COMPLETED
+    await jobs.worker().run(until_drained=True)
+    assert kinds["x"] == [2]
+    assert await remaining_ids(jobs) == {first.id, second.id}  # the second keeps everything
+
+
+async def test_a_dependency_added_after_its_prerequisite_finished_or_went_is_settled(
+    jobs: JobQueue, kinds
+) -> None:
+    """The finish first, in a transaction left open: the dependency waits for it (the finish
+    holds the row). Then a prerequisite that completed resolves the new edge at once, and one
+    that removed itself as it finished is gone, so the dependency is refused and nothing is
+    written."""
+    kept = await jobs.enqueue("x", {"n": 1})
+    gone = await jobs.enqueue("x", {"n": 2}, keep_completed=Keep(count=0))
+    dependent = await jobs.enqueue("x", {"n": 3}, delay=3600)
+    claimed = await jobs.db.fetch("claim", ["default"], ["x"], 2, 30.0, 0)
+    assert sorted(r["id"] for r in claimed) == [kept.id, gone.id]
+    for prerequisite, expected in ((kept.id, None), (gone.id, InvalidFlow)):
+        (row,) = [r for r in claimed if r["id"] == prerequisite]
+
+        async def finish(conn: Any, row: Any = row) -> set[int]:
+            return await write_outcomes(jobs.db, completions([row]), conn)
+
+        async def attach(conn: Any, prerequisite: int = prerequisite) -> Exception | None:
+            try:
+                await jobs.add_dependency(prerequisite, dependent.id, connection=conn)
+            except InvalidFlow as exc:
+                return exc
+            return None
+
+        written, refused, waited = await overlap(jobs.db.pool, finish, attach)
+        assert waited and written == {prerequisite}
+        assert (refused is None) if expected is None else isinstance(refused, expected)
+    row = await jobs.get(dependent.id)
+    assert row is not None and row.pending_deps == 0  # resolved, or never counted
+    edges = await jobs.db.pool.fetch(
+        f"SELECT prerequisite_id, state FROM {jobs.schema}.job_edges WHERE dependent_id = $1",
+        dependent.id,
+    )
+    assert [(e["prerequisite_id"], e["state"]) for e in edges] == [(kept.id, "satisfied")]
 
 
 async def age_history(jobs: JobQueue, hours: float) -> None:

@@ -1,4 +1,4 @@
--- finish_jobs: write many handler outcomes, each fenced by its lock token, then resolve flow
+-- finish_jobs: write many handler outcomes, each fenced by its lock token, then resolve the
 -- dependents, wake the queues that gained claimable work, and apply retention, all in the
 -- caller's transaction. Returns the ids written: an id missing from the result was no longer
 -- owned by that claim (lease expired and reclaimed, cancelled, purged), and nothing was written
@@ -14,7 +14,7 @@ CREATE OR REPLACE FUNCTION {schema}.finish_jobs(
 SET plan_cache_mode = force_generic_plan SET jit = off AS $fn$
 DECLARE
     done_ids     bigint[];
-    flow_ids     bigint[];
+    ended_prerequisites bigint[];
     remove_ids   bigint[];
     done_queues  text[];
     wake_queues  text[];
@@ -33,12 +33,13 @@ BEGIN
     -- still held by the given tokens: no other row stays locked while the trim lock is awaited.
     -- Whether one of them goes at once (below) is read as they are locked.
     SELECT coalesce(bool_or(x.goes), false) INTO any_goes
-    FROM (SELECT (j.retention -> f.status ->> 'count')::int = 0 AND j.flow_id IS NULL AS goes
+    FROM (SELECT (j.retention -> f.status ->> 'count')::int = 0 AS goes
           FROM {schema}.jobs j, unnest(p_ids, p_tokens, p_statuses) AS f(id, token, status)
           WHERE j.id = f.id AND j.lock_token = f.token
           ORDER BY j.id
           FOR UPDATE OF j) x;
-    -- Retention {"count": 0} for the status written, outside any flow: the job goes now, its
+    -- Retention {"count": 0} for the status written, of a job no other depends on: it goes
+    -- now (a prerequisite takes the path below, which resolves its dependents first), its
     -- row deleted as it stands rather than first written finished (a second dead version, and
     -- an entry in each index of finished jobs, for a row deleted in the same transaction). Its
     -- 'completed' or 'failed' event is written here as the update trigger writes it
@@ -53,7 +54,6 @@ BEGIN
                   AS f(id, token, status, output, error, refund)
             WHERE j.id = f.id AND j.lock_token = f.token AND f.status IN ('completed', 'dead')
               AND (j.retention -> f.status ->> 'count')::int = 0
-              AND j.flow_id IS NULL
               AND NOT EXISTS (SELECT FROM {schema}.job_edges e WHERE e.prerequisite_id = j.id)
             RETURNING j.id, j.queue, j.job_key, j.tenant, j.record_events,
                       CASE f.status WHEN 'completed' THEN 'completed' ELSE 'failed' END AS event,
@@ -96,15 +96,17 @@ BEGIN
         FROM unnest(p_ids, p_tokens, p_statuses, p_outputs, p_delays, p_errors, p_refunds,
                     p_deferred) AS f(id, token, status, output, delay, error, refund, deferred)
         WHERE j.id = f.id AND j.lock_token = f.token  -- a token is set only while running
-        RETURNING j.id, j.status, j.queue, j.flow_id, j.retention -> j.status AS rule
+        RETURNING j.id, j.status, j.queue, j.retention -> j.status AS rule
     ),
-    kept AS (  -- the rule of the status written, read once per row
-        SELECT w.id, w.status, w.queue, w.flow_id, (w.rule ->> 'count')::int AS keep_count,
-               (w.rule ->> 'age')::float8 AS keep_age
+    kept AS (  -- the rule of the status written, read once per row; whether a job depends on it
+        SELECT w.id, w.status, w.queue, (w.rule ->> 'count')::int AS keep_count,
+               (w.rule ->> 'age')::float8 AS keep_age,
+               EXISTS (SELECT FROM {schema}.job_edges e WHERE e.prerequisite_id = w.id)
+                   AS prerequisite
         FROM written w
     )
     SELECT array_agg(id),
-           array_agg(id) FILTER (WHERE flow_id IS NOT NULL AND status <> 'pending'),
+           array_agg(id) FILTER (WHERE prerequisite AND status <> 'pending'),
            array_agg(id) FILTER (WHERE keep_count = 0),
            array_agg(DISTINCT queue),
            array_agg(DISTINCT queue) FILTER (WHERE status = 'pending'),
@@ -114,7 +116,7 @@ BEGIN
            array_agg(queue) FILTER (WHERE keep_age IS NOT NULL),
            array_agg(status) FILTER (WHERE keep_age IS NOT NULL),
            array_agg(keep_age) FILTER (WHERE keep_age IS NOT NULL)
-    INTO done_ids, flow_ids, remove_ids, done_queues, wake_queues,
+    INTO done_ids, ended_prerequisites, remove_ids, done_queues, wake_queues,
          trim_queues, trim_states, trim_keep, age_queues, age_states, age_keep
     FROM kept;
 
@@ -126,8 +128,9 @@ BEGIN
     IF done_ids IS NULL THEN
         RETURN;
     END IF;
-    IF flow_ids IS NOT NULL THEN
-        PERFORM {schema}.wake_dependents(flow_ids, false, p_channel);
+    -- Jobs that others depend on (in a flow or by add_dependency) resolve their dependents.
+    IF ended_prerequisites IS NOT NULL THEN
+        PERFORM {schema}.wake_dependents(ended_prerequisites, false, p_channel);
     END IF;
     -- A queue with a concurrency cap has a free slot now: wake its workers.
     wake_queues := coalesce(wake_queues, '{}') || ARRAY(

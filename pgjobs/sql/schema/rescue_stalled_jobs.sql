@@ -54,13 +54,15 @@ BEGIN
             errors = {schema}.with_attempt_error(j.errors, s.error)
         FROM stalled s
         WHERE j.id = s.id
-        RETURNING j.id, j.status, j.queue, j.flow_id, j.job_key
+        RETURNING j.id, j.status, j.queue, j.job_key,
+                  EXISTS (SELECT FROM {schema}.job_edges e WHERE e.prerequisite_id = j.id)
+                      AS prerequisite  -- in a flow or by add_dependency: resolve its dependents
     )
     SELECT coalesce(array_agg(r.id ORDER BY r.id), '{}'),
            coalesce(array_agg(r.status ORDER BY r.id), '{}'),
            coalesce(array_agg(r.queue ORDER BY r.id), '{}'),
            coalesce(array_agg(r.job_key ORDER BY r.id), '{}'),
-           coalesce(array_agg(r.id) FILTER (WHERE r.status = 'dead' AND r.flow_id IS NOT NULL), '{}'),
+           coalesce(array_agg(r.id) FILTER (WHERE r.status = 'dead' AND r.prerequisite), '{}'),
            coalesce(array_agg(DISTINCT r.queue) FILTER (WHERE r.status = 'pending'), '{}')
     INTO ids, statuses, rqueues, keys, died, queues
     FROM rescued r;
