@@ -1,10 +1,12 @@
-"""Run the benchmark: `./run bench [--quick] [--systems engine,engine-async,facade,...]`.
+"""Run the benchmark: `./run bench [--quick] [--systems engine,engine-async,facade,...]
+[--workloads enqueue_single,...]`.
 
 Systems are interleaved (A B A B ...) for 3 repetitions so that a noisy neighbour hits all
 of them alike; each figure is the median with min-max. Results go to stdout and to
-bench/results/latest.md. Needs a PostgreSQL (PGJOBS_DSN, a local server on 127.0.0.1:5432, or
-the embedded one, see pgjobs.devserver) and, for the BullMQ peer, Redis on 127.0.0.1:6379
-(start one with `redis-server --daemonize yes --save ''`).
+bench/results/latest.md (latest-partial.md for a run of some workloads). Needs a PostgreSQL
+(PGJOBS_DSN, a local server on 127.0.0.1:5432, or the embedded one, see pgjobs.devserver)
+and, for the BullMQ peer, Redis on 127.0.0.1:6379 (start one with `redis-server --daemonize
+yes --save ''`). The bounds of bench/bounds.py run only when named in --systems.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.bounds import BOUNDS
 from bench.systems import SYSTEMS
 from pgjobs.devserver import find_or_start_postgres
 
@@ -65,16 +68,30 @@ async def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a fifth of the work, for a smoke run")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument(
+        "--workloads",
+        default=",".join(method for _, method, _, _ in workloads(False)),
+        help="the System methods to run (enqueue_single, process, ...)",
+    )
     args = parser.parse_args(argv)
+    known = SYSTEMS | BOUNDS
+    unknown = [n for n in args.systems.split(",") if n not in known]
+    if unknown:
+        parser.error(f"unknown system(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    chosen = set(args.workloads.split(","))
+    unknown = sorted(chosen - {method for _, method, _, _ in workloads(False)})
+    if unknown:
+        parser.error(f"unknown workload(s) {', '.join(unknown)}")
+    plan = [w for w in workloads(args.quick) if w[1] in chosen]
     dsn = find_or_start_postgres()
-    systems = [SYSTEMS[name]() for name in args.systems.split(",")]
+    systems = [known[name]() for name in args.systems.split(",")]
     for system in systems:
         await system.setup(dsn)
     # results[workload][system] -> list of values (latency: (median, p95) pairs)
     results: dict[str, dict[str, list[Any]]] = {}
     try:
         for rep in range(args.reps):
-            for label, method, params, unit in workloads(args.quick):
+            for label, method, params, unit in plan:
                 for system in systems:
                     value = await getattr(system, method)(*params)
                     results.setdefault(label, {}).setdefault(system.name, []).append(value)
@@ -95,8 +112,9 @@ async def main(argv: list[str] | None = None) -> None:
             await system.teardown()
 
     names = [s.name for s in systems]
-    rows = [(label, unit) for label, _, _, unit in workloads(args.quick)]
-    rows += [(DEAD, "dead tuples"), (SIZE, "MiB")]
+    rows = [(label, unit) for label, _, _, unit in plan]
+    if STORAGE_AFTER in results:
+        rows += [(DEAD, "dead tuples"), (SIZE, "MiB")]
     lines = [
         f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node() or 'host'}: "
         f"{os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}, "
@@ -147,7 +165,9 @@ async def main(argv: list[str] | None = None) -> None:
     report = "\n".join(lines)
     print("\n" + report)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "latest.md").write_text(report + "\n", encoding="utf-8")
+    # a run of some workloads only leaves the full run's report in place
+    output = "latest.md" if len(plan) == len(workloads(args.quick)) else "latest-partial.md"
+    (RESULTS / output).write_text(report + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
