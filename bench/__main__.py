@@ -48,6 +48,12 @@ def workloads(quick: bool) -> list[tuple[str, str, tuple[Any, ...], str]]:
     ]
 
 
+def answers(system: Any, method: str) -> bool:
+    """Whether ``system`` runs workload ``method``: a system may name the only ones it runs
+    (``workloads``, bench/bounds.py); it has no figure for the others."""
+    return method in getattr(system, "workloads", (method,))
+
+
 def _ratio(numerator: list[float], denominator: list[float]) -> str:
     top = [v for v in numerator if not math.isnan(v)]
     bottom = [v for v in denominator if not math.isnan(v)]
@@ -93,6 +99,16 @@ async def main(argv: list[str] | None = None) -> None:
         for rep in range(args.reps):
             for label, method, params, unit in plan:
                 for system in systems:
+                    if not answers(system, method):
+                        results.setdefault(label, {}).setdefault(system.name, []).append(
+                            (math.nan, math.nan) if unit == "ms" else math.nan
+                        )
+                        if label == STORAGE_AFTER:
+                            for row in (DEAD, SIZE):
+                                results.setdefault(row, {}).setdefault(system.name, []).append(
+                                    math.nan
+                                )
+                        continue
                     value = await getattr(system, method)(*params)
                     results.setdefault(label, {}).setdefault(system.name, []).append(value)
                     shown = (
