@@ -1,6 +1,6 @@
-"""Bounds of the one-by-one enqueue: how fast the facade's and the engine's enqueue could be
-if the engine's write of one job cost no more than a minimal statement, whatever design
-achieved it. `./run bench --systems floor-async,facade-bound,facade-async,bullmq,bullmq-pg
+"""Bounds of the enqueue: how fast the facade's and the engine's enqueue of one job (and the
+facade's of one flow) could be if the engine's write cost no more than a minimal statement,
+whatever design achieved it. `./run bench --systems floor-async,facade-bound,facade-async,bullmq,bullmq-pg
 --workloads enqueue_single,enqueue_concurrent` (and `floor,staged-bound,engine` for the
 durable one; `facade-flow-bound,facade-async,engine-async,bullmq,bullmq-pg --workloads
 flow_add` for flows), interleaved with the real systems like every other bench run.
@@ -22,7 +22,7 @@ duration of its workload:
   staging-table design (``docs/performance.md``) without the move into ``jobs`` that its
   workers would then pay.
 
-Neither is a product: each writes what no worker could claim. They answer one question, with
+None is a product: each writes what no worker could claim. They answer one question, with
 the machine's noise the same for all: is a target out of reach of the code above the write?
 """
 
@@ -43,16 +43,21 @@ Insert = Callable[..., Awaitable[EnqueueResult]]
 
 
 @contextlib.contextmanager
-def swapped_single_insert(insert: Insert) -> Iterator[None]:
-    """``insert`` in place of the engine's single-job insert, in both modules that call it."""
-    real = pgjobs.enqueue.insert_one
-    pgjobs.enqueue.insert_one = insert  # type: ignore[assignment]
-    pgjobs.client.insert_one = insert  # type: ignore[assignment]
+def swapped(*places: tuple[Any, str], value: Any) -> Iterator[None]:
+    """``value`` in place of each ``(owner, attribute)`` of ``places``, put back on exit."""
+    real = [getattr(owner, attribute) for owner, attribute in places]
+    for owner, attribute in places:
+        setattr(owner, attribute, value)
     try:
         yield
     finally:
-        pgjobs.enqueue.insert_one = real
-        pgjobs.client.insert_one = real
+        for (owner, attribute), before in zip(places, real, strict=True):
+            setattr(owner, attribute, before)
+
+
+def swapped_single_insert(insert: Insert) -> contextlib.AbstractContextManager[None]:
+    """``insert`` in place of the engine's single-job insert, in both modules that call it."""
+    return swapped((pgjobs.enqueue, "insert_one"), (pgjobs.client, "insert_one"), value=insert)
 
 
 async def commit_async(facade: FacadeAsync, dsn: str) -> None:
@@ -204,11 +209,9 @@ class FacadeFlowBound(FacadeAsync):
             " SELECT min(queue), 'added', array_agg(id ORDER BY ord) FROM src)"
             " SELECT id FROM src ORDER BY ord"
         )
-        self.written = 0
 
     async def _submit(
         self,
-        flows: Any,
         flow: Any,
         order: list[str],
         prepared: list[PreparedJob],
@@ -235,23 +238,14 @@ class FacadeFlowBound(FacadeAsync):
         return pgjobs.flows.SubmittedFlow(rows[0]["id"], ids)
 
     async def flow_add(self, flows: int, children: int) -> float:
-        real = pgjobs.flows.Flows._submit_keyless
-        pgjobs.flows.Flows._submit_keyless = self._submit_as_method()  # type: ignore[method-assign]
+        async def submit(_flows: Any, *args: Any) -> pgjobs.flows.SubmittedFlow:
+            return await self._submit(*args)
+
         self.written = 0
-        try:
+        with swapped((pgjobs.flows.Flows, "_submit_keyless"), value=submit):
             rate = await super().flow_add(flows, children)
-        finally:
-            pgjobs.flows.Flows._submit_keyless = real  # type: ignore[method-assign]
         assert self.written == flows, "a flow took another path than the one swapped"
         return rate
-
-    def _submit_as_method(self) -> Any:
-        bound = self
-
-        async def submit(flows: Any, *args: Any) -> pgjobs.flows.SubmittedFlow:
-            return await bound._submit(flows, *args)
-
-        return submit
 
 
 BOUNDS: dict[str, type[Any]] = {
