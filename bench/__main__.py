@@ -3,7 +3,8 @@
 
 Systems are interleaved (A B A B ...) for 3 repetitions so that a noisy neighbour hits all
 of them alike; each figure is the median with min-max. Results go to stdout and to
-bench/results/latest.md (latest-partial.md for a run of some workloads). Needs a PostgreSQL
+bench/results/latest.md and, with the same figures for `python -m bench.charts`, latest.json
+(latest-partial.* for a run of some workloads). Needs a PostgreSQL
 (PGJOBS_DSN, a local server on 127.0.0.1:5432, or the embedded one, see pgjobs.devserver)
 and, for the BullMQ peer, Redis on 127.0.0.1:6379 (start one with `redis-server --daemonize
 yes --save ''`). The bounds of bench/bounds.py run only when named in --systems.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import os
 import platform
@@ -67,6 +69,28 @@ def fmt(values: list[float]) -> str:
     if not clean:
         return "n/a"
     return f"{statistics.median(clean):,.1f} ({min(clean):,.1f}–{max(clean):,.1f})"
+
+
+def summary(values: list[float]) -> dict[str, float] | None:
+    """The median with min and max of ``values`` (as ``fmt`` shows them), None for none."""
+    clean = [v for v in values if not math.isnan(v)]
+    if not clean:
+        return None
+    return {"median": statistics.median(clean), "min": min(clean), "max": max(clean)}
+
+
+def latency_summary(pairs: list[tuple[float, float]]) -> dict[str, Any] | None:
+    """``summary`` of the medians, with the ``summary`` of the p95s under "p95"."""
+    median = summary([v[0] for v in pairs])
+    return median and {**median, "p95": summary([v[1] for v in pairs])}
+
+
+def ratio(numerator: list[float], denominator: list[float]) -> float | None:
+    """``_ratio`` as a number (unrounded): None where it shows "—"."""
+    top, bottom = summary(numerator), summary(denominator)
+    if top is None or bottom is None or top["median"] == 0 or bottom["median"] == 0:
+        return None
+    return top["median"] / bottom["median"]
 
 
 async def main(argv: list[str] | None = None) -> None:
@@ -131,8 +155,21 @@ async def main(argv: list[str] | None = None) -> None:
     rows = [(label, unit) for label, _, _, unit in plan]
     if STORAGE_AFTER in results:
         rows += [(DEAD, "dead tuples"), (SIZE, "MiB")]
+    now = datetime.now(UTC)
+    figures: dict[str, Any] = {
+        "run": {
+            "date": f"{now:%Y-%m-%d %H:%M} UTC",
+            "host": platform.node() or "host",
+            "cores": os.cpu_count(),
+            "python": f"{platform.python_implementation()} {platform.python_version()}",
+            "repetitions": args.reps,
+        },
+        "systems": names,
+        "workloads": [],
+        "ratios": {},
+    }
     lines = [
-        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node() or 'host'}: "
+        f"Run {now:%Y-%m-%d %H:%M} UTC on {platform.node() or 'host'}: "
         f"{os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}, "
         f"{args.reps} interleaved repetitions, median (min–max).",
         "",
@@ -146,8 +183,11 @@ async def main(argv: list[str] | None = None) -> None:
                 fmt([v[0] for v in row[n]]) + " ms, p95 " + fmt([v[1] for v in row[n]])
                 for n in names
             ]
+            values = {n: latency_summary(row[n]) for n in names}
         else:
             cells = [fmt(row[n]) + f" {unit}" for n in names]
+            values = {n: summary(row[n]) for n in names}
+        figures["workloads"].append({"workload": label, "unit": unit, "values": values})
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     # Ratio tables: every other system against BullMQ on Redis, then on PostgreSQL (those that
     # ran; else against the last system).
@@ -161,15 +201,18 @@ async def main(argv: list[str] | None = None) -> None:
             "| workload | " + " | ".join(f"{n} / {base}" for n in others) + " |",
             "|---" * (len(others) + 1) + "|",
         ]
+        against: dict[str, dict[str, float | None]] = {}
         for label, unit in rows:
             row = results[label]
             if unit in ("dead tuples", "MiB"):  # lower is better: base / system
-                ratios = [_ratio(row[base], row[n]) for n in others]
+                pairs = [(row[base], row[n]) for n in others]
             elif unit == "ms":  # latency: base / system, so higher is better here too
-                ratios = [_ratio([v[0] for v in row[base]], [v[0] for v in row[n]]) for n in others]
+                pairs = [([v[0] for v in row[base]], [v[0] for v in row[n]]) for n in others]
             else:
-                ratios = [_ratio(row[n], row[base]) for n in others]
-            lines.append(f"| {label} | " + " | ".join(ratios) + " |")
+                pairs = [(row[n], row[base]) for n in others]
+            lines.append(f"| {label} | " + " | ".join(_ratio(*pair) for pair in pairs) + " |")
+            against[label] = {n: ratio(*pair) for n, pair in zip(others, pairs, strict=True)}
+        figures["ratios"][base] = against
     lines.append("")
     lines.append(
         "Ratios of medians; for latency and storage the base's median over the system's."
@@ -182,8 +225,11 @@ async def main(argv: list[str] | None = None) -> None:
     print("\n" + report)
     RESULTS.mkdir(exist_ok=True)
     # a run of some workloads only leaves the full run's report in place
-    output = "latest.md" if len(plan) == len(workloads(args.quick)) else "latest-partial.md"
-    (RESULTS / output).write_text(report + "\n", encoding="utf-8")
+    output = "latest" if len(plan) == len(workloads(args.quick)) else "latest-partial"
+    (RESULTS / f"{output}.md").write_text(report + "\n", encoding="utf-8")
+    (RESULTS / f"{output}.json").write_text(
+        json.dumps(figures, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
 
 
 if __name__ == "__main__":

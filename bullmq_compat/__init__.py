@@ -1,5 +1,5 @@
 """BullMQ's Python API on the pgjobs engine: swap ``from bullmq import ...`` for
-``from bullmq_compat import ...`` and pass a PostgreSQL connection. See PORTING.md for what
+``from bullmq_compat import ...`` and pass a PostgreSQL connection. See docs/porting.md for what
 differs and what is not built yet.
 
 Besides BullMQ's names, the mapping between BullMQ and the engine is public, for tools that

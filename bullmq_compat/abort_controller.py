@@ -41,6 +41,7 @@ class AbortSignal:
         await self._event.wait()
 
     def throw_if_aborted(self) -> None:
+        """Raise ``AbortError`` with the signal's reason if it is aborted; return otherwise."""
         if self._event.is_set():
             raise AbortError(self.reason)
 
@@ -54,6 +55,8 @@ class AbortController:
         self.signal = AbortSignal(context)
 
     def abort(self, reason: Any = None) -> None:
+        """Abort the signal with ``reason``: a signal of a running job cancels the job's handler (as
+        a cancel does); the first reason stays."""
         signal = self.signal
         if signal._context is not None:
             signal._context.cancel(reason)

@@ -2,6 +2,12 @@
 asyncpg connection arguments, a shared ``pgjobs.JobQueue`` or an ``asyncpg.Pool``; else the
 environment (PGJOBS_DSN, then DATABASE_URL), else a local server.
 
+How long to wait on a silent network: a DSN's libpq parameters (``connect_timeout``,
+``keepalives_idle``, ``keepalives_interval``, ``keepalives_count``, ``tcp_user_timeout``), and
+in a dict a ``timeouts`` entry (a ``pgjobs.Timeouts`` or a dict of its fields) for the
+statement deadlines as well. A DSN with several hosts and ``target_session_attrs=read-write``
+follows a failover.
+
 Facade objects of one event loop that name the same database and schema share one pool, opened
 by the first and closed by the last to close, so closing a Queue never takes the connections
 of a Worker still finishing its jobs. A pool or JobQueue the user passed is never closed.
@@ -45,6 +51,13 @@ def _key(given: Any) -> Any:
     return ("dsn", given or dsn_from_env())
 
 
+def _timeouts(given: Any) -> pgjobs.Timeouts:
+    """The ``timeouts`` entry of a dict connection (the defaults otherwise); a bad one raises
+    InvalidOption naming the field."""
+    value = given.get("timeouts") if isinstance(given, dict) else None
+    return pgjobs.Timeouts.of(value)
+
+
 class EngineConnection:
     """One facade object's handle on the engine: ``open(registry)`` gives a JobQueue on the
     configured database and schema (checked to be migrated), ``close()`` lets it go."""
@@ -65,6 +78,7 @@ class EngineConnection:
             self._given.telemetry if isinstance(self._given, pgjobs.JobQueue) else None
         )
         self._pool: asyncpg.Pool | None = None
+        self._timeouts: pgjobs.Timeouts | None = None  # a JobQueue given brings its own
         self._jobs: dict[int, pgjobs.JobQueue] = {}  # by id of the registry they were opened with
         self._shared: tuple[asyncio.AbstractEventLoop, Any] | None = None
         self._lock = asyncio.Lock()
@@ -74,7 +88,7 @@ class EngineConnection:
         if self._redis_url:
             raise TypeError(
                 f"opts['connection'] is a Redis URL ({given!r}): bullmq_compat runs on "
-                "PostgreSQL; pass a PostgreSQL DSN (see PORTING.md)"
+                "PostgreSQL; pass a PostgreSQL DSN (see docs/porting.md)"
             )
         if not (
             given is None
@@ -103,6 +117,7 @@ class EngineConnection:
                     schema=self.schema,
                     registry=registry,
                     telemetry=self._telemetry,
+                    timeouts=self._timeouts,
                 )
                 self._jobs[id(registry)] = jobs
             return jobs
@@ -112,10 +127,14 @@ class EngineConnection:
         given = self._given
         if isinstance(given, pgjobs.JobQueue | asyncpg.Pool):
             pool = given.pool if isinstance(given, pgjobs.JobQueue) else given
-            jobs = await pgjobs.JobQueue.connect(pool=pool, schema=self.schema, registry=registry)
+            self._timeouts = given.timeouts if isinstance(given, pgjobs.JobQueue) else None
+            jobs = await pgjobs.JobQueue.connect(
+                pool=pool, schema=self.schema, registry=registry, timeouts=self._timeouts
+            )
             await jobs.check_schema()
             self._pool = pool
             return
+        self._timeouts = _timeouts(given)
         shared = await self._acquire_shared()
         if self.schema not in shared.checked:
             jobs = await pgjobs.JobQueue.connect(
@@ -141,7 +160,9 @@ class EngineConnection:
                     args = dict(self._given)
                     if "dbname" in args:
                         args["database"] = args.pop("dbname")
-                    pool = await create_pool(None, min_size=1, max_size=POOL_MAX_SIZE, **args)
+                    args["timeouts"] = self._timeouts
+                    dsn = args.pop("dsn", None)
+                    pool = await create_pool(dsn, min_size=1, max_size=POOL_MAX_SIZE, **args)
                 else:
                     dsn = key[1]
                     pool = await create_pool(dsn, min_size=1, max_size=POOL_MAX_SIZE)

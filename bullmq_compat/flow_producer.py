@@ -10,7 +10,6 @@ import pgjobs
 from bullmq_compat.connection import EngineConnection
 from bullmq_compat.job import Job
 from bullmq_compat.mapping import (
-    FAILURE_OPTIONS,
     KIND,
     durability,
     edge_policy,
@@ -32,7 +31,7 @@ class ParentJobNotExist(Exception):
     code = PARENT_JOB_NOT_EXIST
 
     def __init__(self, parent_key: str) -> None:
-        super().__init__(f"Missing key for parent job {parent_key}. addFlow")
+        super().__init__(f"Missing key for parent job {parent_key}. addJob")
         self.parent_key = parent_key
 
 
@@ -85,7 +84,7 @@ class FlowProducer:
         if len(flows) == 1 and not (flows[0].get("opts") or {}).get("parent"):
             # One tree with no parent to look up: its submission is atomic by itself.
             graph = self._graph(flows[0], queues_options)
-            submitted = await jobs.submit_flow(graph, durability=self.durability)
+            submitted = await jobs.submit_flow(graph, durability=self.durability, reuse=True)
             return [self._result(flows[0], "root", submitted.job_ids)]
         results = []
         async with jobs.transaction() as conn:  # every tree, or none
@@ -98,7 +97,7 @@ class FlowProducer:
                     results.append(self._result(tree, "root", {}))
                     continue
                 submitted = await jobs.submit_flow(
-                    graph, connection=conn, durability=self.durability
+                    graph, connection=conn, durability=self.durability, reuse=True
                 )
                 if parent is not None:
                     policy = edge_policy(tree.get("opts") or {})
@@ -146,7 +145,7 @@ class FlowProducer:
         own = node.get("opts")
         # a node without options (the common case): nothing to merge or filter
         opts = {**(defaults or {}), **(own or {})} if defaults or own else {}
-        job_opts = {k: v for k, v in opts.items() if k not in FAILURE_OPTIONS and k != "parent"}
+        job_opts = {k: v for k, v in opts.items() if k != "parent"}
         if job_opts:
             options = enqueue_options(node.get("name", ""), job_opts, self.prefix, queue_name)
         else:  # its queue's options for a job without options, computed once per name
@@ -162,29 +161,35 @@ class FlowProducer:
         node: dict[str, Any],
         handle: str,
         ids: dict[str, int],
-        shared: dict[str, dict[str, Any]] | None = None,
+        shared: dict[tuple[str, str | None], dict[str, Any]] | None = None,
+        parent: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """The tree of ``{"job": Job, "children": [...]}``. The jobs without options of one
-        queue share the fields they do not own until read, as a bulk's do (``Job.of_bulk``)."""
+        """The tree of ``{"job": Job, "children": [...]}``, each child with its ``parent``
+        (``{id, queue}`` of its parent's job). The jobs without options of one queue and one
+        parent share the fields they do not own until read, as a bulk's do (``Job.of_bulk``)."""
         if shared is None:
             shared = {}
         queue = self._queue(node["queueName"])
         opts = node.get("opts") or {}
+        if parent is not None:
+            opts = {**opts, "parent": parent}
         name = node.get("name", "")
         if handle not in ids:
             job = Job(queue, name, node.get("data"), opts)
-        elif opts:
+        elif set(opts) - {"parent"}:
             job = queue.added(name, node.get("data"), opts, ids[handle])
         else:
-            fields = shared.get(queue.name)
+            group = (queue.name, None if parent is None else f"{parent['queue']}:{parent['id']}")
+            fields = shared.get(group)
             if fields is None:
-                fields = shared[queue.name] = Job.shared_fields(queue, {})
+                fields = shared[group] = Job.shared_fields(queue, opts)
             job = Job.sharing(queue, name, node.get("data"), ids[handle], fields)
         result: dict[str, Any] = {"job": job}
         children = node.get("children")
         if children:
+            own = {"id": job.id, "queue": queue.qualifiedName} if handle in ids else None
             result["children"] = [
-                self._result(child, f"{handle}.{i}", ids, shared)
+                self._result(child, f"{handle}.{i}", ids, shared, own)
                 for i, child in enumerate(children)
             ]
         return result

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from bullmq_compat.custom_errors import UnrecoverableError
+from bullmq_compat.job_scheduler import iteration_opts
 from bullmq_compat.mapping import (
     attempts_made,
     deferred_failure,
@@ -28,6 +29,7 @@ from bullmq_compat.mapping import (
     milliseconds as mapping_milliseconds,
 )
 from pgjobs import (
+    Backoff,
     Delayed,
     Fatal,
     InvalidJobInput,
@@ -35,14 +37,71 @@ from pgjobs import (
     JobContext,
     JobFilter,
     JobRow,
+    PendingPrerequisites,
+    PriorityPlace,
     Retry,
     Status,
+    SubState,
+    WaitForPrerequisites,
 )
 
 if TYPE_CHECKING:
     from bullmq_compat.queue import Queue
     from bullmq_compat.queue_events import QueueEvents
     from bullmq_compat.worker import Worker
+
+
+NO_LOCK_CHECK = "0"
+"""BullMQ's token for a move made without checking the job's lock."""
+
+
+def failed_reason(last_error: Any, status: Status, job_id: str | None = None) -> str | None:
+    """BullMQ's ``failedReason``: the message of the last failed attempt, kept once the job
+    completes (a manual retry clears it: the engine's re-drive drops ``last_error``). A lease
+    that ran out and put the job back is no failure to BullMQ unless it failed the job."""
+    if not isinstance(last_error, dict):
+        return None
+    if last_error.get("type") == "LeaseExpired" and status is not Status.DEAD:
+        return None
+    return error_message(last_error, job_id)
+
+
+def error_message(error: dict[str, Any], job_id: str | None = None) -> str | None:
+    """The BullMQ wording of an engine error record (of job ``job_id``): its message, except
+    for a failure cascaded from a child (``failParentOnFailure``), which BullMQ words ``child
+    <child queue qualifiedName>:<child id> failed``, and a completion refused for pending
+    children (``Job <id> has pending dependencies. moveToFinished``)."""
+    queue = error.get("prerequisite_queue")
+    if error.get("type") == "DependencyFailed" and isinstance(queue, str):
+        child_id = job_id_of(int(error["prerequisite"]), error.get("prerequisite_key"))
+        return f"child {queue}:{child_id} failed"
+    if error.get("type") == PendingPrerequisites.__name__ and job_id is not None:
+        return pending_dependencies(job_id)
+    message = error.get("message")
+    return None if message is None else str(message)
+
+
+def pending_dependencies(job_id: str) -> str:
+    """BullMQ's error for completing a job whose children are not all finished."""
+    return f"Job {job_id} has pending dependencies. moveToFinished"
+
+
+def _current_delay(row: JobRow, opts: dict[str, Any]) -> int:
+    """BullMQ's ``job.delay`` (ms): that of the delay the job is waiting out (the add's delay,
+    or the backoff of a retry), 0 once it is due."""
+    if row.sub_state is SubState.DELAYED:
+        return int(opts.get("delay") or 0)
+    if row.sub_state is not SubState.RETRY:
+        return 0
+    backoff = opts.get("backoff")
+    custom = isinstance(backoff, dict) and backoff.get("type") not in (None, "fixed", "exponential")
+    policy = Backoff.from_json(row.backoff) if isinstance(row.backoff, dict) else None
+    if policy is not None and not policy.jitter and not custom:
+        return round(policy.seconds(row.attempts) * 1000)
+    failed_at = (row.last_error or {}).get("at") if isinstance(row.last_error, dict) else None
+    if not isinstance(failed_at, str):
+        return 0
+    return max(0, round((row.run_at - datetime.fromisoformat(failed_at)).total_seconds() * 1000))
 
 
 def _ms(value: datetime | None) -> int | None:
@@ -52,6 +111,24 @@ def _ms(value: datetime | None) -> int | None:
 def job_id_of(row_id: int, job_key: str | None) -> str:
     """A custom jobId is the job's key; an automatic id is the engine id as a string."""
     return job_key if job_key is not None else str(row_id)
+
+
+_PARENT_FLAGS = {
+    "failParentOnFailure": "fpof",
+    "removeDependencyOnFailure": "rdof",
+    "ignoreDependencyOnFailure": "idof",
+    "continueParentOnFailure": "cpof",
+}
+
+
+def parent_view(parent: dict[str, Any], opts: dict[str, Any]) -> dict[str, Any]:
+    """BullMQ's ``job.parent`` for ``opts.parent`` ``{id, queue}``: ``{id, queueKey}`` and the
+    flag of the child's failure option (``fpof``, ``rdof``, ``idof``, ``cpof``) when set."""
+    view: dict[str, Any] = {"id": parent.get("id"), "queueKey": parent.get("queue")}
+    for option, flag in _PARENT_FLAGS.items():
+        if opts.get(option):
+            view[flag] = True
+    return view
 
 
 def _stacktrace(exc: BaseException) -> str:
@@ -113,7 +190,7 @@ class Job:
         self.stacktrace: list[str] = []
         self.repeatJobKey: str | None = opts.get("repeatJobKey")
         parent = opts.get("parent")
-        self.parent = {"id": parent.get("id"), "queueKey": parent.get("queue")} if parent else None
+        self.parent = parent_view(parent, opts) if parent else None
         self.parentKey = f"{parent['queue']}:{parent['id']}" if parent else None
         self.queueQualifiedName = queue.qualifiedName
         self._pending_logs: list[asyncio.Future[Any]] = []
@@ -172,23 +249,26 @@ class Job:
 
     @classmethod
     def from_row(cls, queue: Queue, row: JobRow) -> Job:
+        """The facade's view of an engine job row (BullMQ id, opts, state fields) of ``queue``."""
         opts = (row.metadata or {}).get("opts", {}) if isinstance(row.metadata, dict) else {}
+        iteration = iteration_opts(row.metadata, row.job_key, _ms(row.created_at) or 0)
         data = exact_data(row.payload, row.metadata)
-        job = cls(queue, row.name, data, opts, job_id_of(row.id, row.job_key))
+        job = cls(queue, row.name, data, iteration or opts, job_id_of(row.id, row.job_key))
         job.deferredFailure = deferred_failure(row.metadata)
         job.engine_id = row.id
         job.priority = to_bullmq_priority(row.priority)
         job.progress = row.progress if row.progress is not None else 0
         job.timestamp = _ms(row.created_at) or job.timestamp
         job.attemptsMade = attempts_made(row)
-        job.attemptsStarted = row.attempts
+        # BullMQ counts every start: attempts, runs that deferred and runs that stalled.
+        job.attemptsStarted = row.attempts + row.stalls + row.deferrals
         job.stalledCounter = row.stalls
+        job.delay = _current_delay(row, job.opts)
         job.attempts = row.max_attempts
         job.processedOn = _ms(row.started_at)
         job.finishedOn = _ms(row.finished_at)
         job.returnvalue = row.output if row.status is Status.COMPLETED else None
-        if row.last_error and row.status is not Status.COMPLETED:
-            job.failedReason = row.last_error.get("message")
+        job.failedReason = failed_reason(row.last_error, row.status, job.id)
         # One stack trace per failed attempt, oldest first (BullMQ's job.stacktrace), at most
         # stackTraceLimit of them when the job's options set one.
         traces = [e["traceback"] for e in row.errors if isinstance(e, dict) and e.get("traceback")]
@@ -206,24 +286,55 @@ class Job:
         return job
 
     @classmethod
+    async def read(cls, queue: Queue, row: JobRow) -> Job:
+        """``from_row``, with the parent of a flow child whose options name none (a child a
+        FlowProducer added): the job that waits for it, as ``opts.parent``/``parent``."""
+        job = cls.from_row(queue, row)
+        if job.parent is None and row.flow_id is not None:
+            jobs = await queue.engine()
+            for dependent in await jobs.dependents_of(row.id):
+                if dependent["queue"] is not None:
+                    job.adopt_parent(
+                        job_id_of(dependent["id"], dependent["job_key"]), dependent["queue"]
+                    )
+                    break
+        return job
+
+    def adopt_parent(self, parent_id: str, parent_queue: str) -> None:
+        """Make this job the child of job ``parent_id`` of queue ``parent_queue`` (its
+        qualifiedName): ``opts.parent``, ``parent`` and ``parentKey`` as BullMQ sets them."""
+        parent = {"id": parent_id, "queue": parent_queue}
+        self.opts = {**self.opts, "parent": parent}
+        self.parent = parent_view(parent, self.opts)
+        self.parentKey = f"{parent_queue}:{parent_id}"
+
+    @classmethod
     def from_context(cls, queue: Queue, ctx: JobContext, data: Any) -> Job:
+        """The Job a processor receives for the engine job it runs (``ctx``), with ``data`` as
+        BullMQ gave it."""
         opts = (ctx.metadata or {}).get("opts", {}) if isinstance(ctx.metadata, dict) else {}
+        iteration = iteration_opts(ctx.metadata, ctx.job_key, _ms(ctx.created_at) or 0)
         data = exact_data(data, ctx.metadata)
-        job = cls(queue, ctx.name, data, opts, job_id_of(ctx.id, ctx.job_key))
+        job = cls(queue, ctx.name, data, iteration or opts, job_id_of(ctx.id, ctx.job_key))
         job.deferredFailure = deferred_failure(ctx.metadata)
         job.engine_id = ctx.id
         job.context = ctx
         job.priority = to_bullmq_priority(ctx.priority)
         job.attempts = ctx.max_attempts
         job.attemptsMade = ctx.attempts - 1
-        job.attemptsStarted = ctx.attempts
+        job.attemptsStarted = ctx.attempts + ctx.stalls + ctx.deferrals
+        job.stalledCounter = ctx.stalls
+        job.delay = 0  # a job that waited for a delay is active now: BullMQ zeroes it on promotion
         job.timestamp = _ms(ctx.created_at) or job.timestamp
         job.processedOn = int(time.time() * 1000)
+        # a retry is claimed with its previous attempt's error, which BullMQ's job hash keeps
+        job.failedReason = failed_reason(ctx.last_error, Status.RUNNING, job.id)
         job.token = str(ctx.lock_token)
         return job
 
     @classmethod
     async def fromId(cls, queue: Queue, job_id: str) -> Job | None:
+        """The job of ``queue`` with this id, or None (``Queue.getJob``)."""
         return await queue.getJob(job_id)
 
     # -- reads -----------------------------------------------------------------------------
@@ -234,28 +345,37 @@ class Job:
         return await (await self.queue.engine()).get(self.engine_id)
 
     async def getState(self) -> str:
+        """The job's BullMQ state: waiting, prioritized, delayed, waiting-children, active,
+        completed, failed, or "unknown" when it no longer exists."""
         row = await self._row()
         return "unknown" if row is None else state_of(row)
 
     async def isCompleted(self) -> bool:
+        """Whether the job's state is completed."""
         return await self.getState() == "completed"
 
     async def isFailed(self) -> bool:
+        """Whether the job's state is failed."""
         return await self.getState() == "failed"
 
     async def isDelayed(self) -> bool:
+        """Whether the job's state is delayed."""
         return await self.getState() == "delayed"
 
     async def isActive(self) -> bool:
+        """Whether the job's state is active."""
         return await self.getState() == "active"
 
     async def isWaiting(self) -> bool:
+        """Whether the job waits its turn (waiting or prioritized)."""
         return await self.getState() in ("waiting", "prioritized")
 
     async def isWaitingChildren(self) -> bool:
+        """Whether the job waits for its children."""
         return await self.getState() == "waiting-children"
 
     async def isFinished(self) -> bool:
+        """Whether the job is completed or failed."""
         return await self.getState() in ("completed", "failed")
 
     async def waitUntilFinished(self, queueEvents: QueueEvents, ttl: float | None = None) -> Any:
@@ -336,7 +456,7 @@ class Job:
 
     async def updateData(self, data: Any) -> None:
         """Replace the job's data. Data jsonb cannot hold (a NUL, a lone surrogate) raises
-        InvalidOption naming ``data`` here, although ``add`` accepts it (PORTING §4)."""
+        InvalidOption naming ``data`` here, although ``add`` accepts it (docs/porting.md §4)."""
         stored = json_data(data)
         jobs = await self.queue.engine()
         try:
@@ -350,10 +470,17 @@ class Job:
         self.data = data
 
     async def remove(self, opts: dict[str, Any] | None = None) -> None:
+        """Remove the job and, unless ``removeChildren`` is False, its children with theirs;
+        nothing is removed while a worker holds one of them. An active job is removable once
+        its lock ran out (no worker holds it), as in BullMQ."""
         jobs = await self.queue.engine()
         assert self.engine_id is not None
-        result = await jobs.purge(JobFilter(ids=(self.engine_id,)), running="skip")
-        if result.skipped_running:
+        if (opts or {}).get("removeChildren", True):
+            locked = await jobs.remove_tree(self.engine_id) is None
+        else:
+            result = await jobs.purge(JobFilter(ids=(self.engine_id,)), running="expired")
+            locked = result.skipped_running > 0
+        if locked:
             raise RuntimeError(
                 f"Job {self.id} could not be removed because it is locked by another worker"
             )
@@ -364,10 +491,15 @@ class Job:
         (``resetAttemptsMade``, ``resetAttemptsStarted``)."""
         opts = opts or {}
         row = await self._row()
-        if row is None or state_of(row) != state:
-            raise RuntimeError(f"Job {self.id} is not in the {state} state")
+        if row is None:
+            raise RuntimeError(f"Missing key for job {self.id}. reprocessJob")
+        if state_of(row) != state:
+            raise RuntimeError(f"Job {self.id} is not in the {state} state. reprocessJob")
         reset = bool(opts.get("resetAttemptsMade") or opts.get("resetAttemptsStarted"))
-        await (await self.queue.engine()).requeue(row.id, reset_attempts=reset)
+        # BullMQ's reprocessJob drops processedOn, finishedOn and the failedReason (a failed
+        # job) or returnvalue (a completed one)
+        jobs = await self.queue.engine()
+        await jobs.requeue(row.id, reset_attempts=reset, clear_outcome=True)
         self.failedReason = None
         self.finishedOn = None
         self.processedOn = None
@@ -378,6 +510,8 @@ class Job:
             self.attemptsStarted = 0
 
     async def promote(self) -> None:
+        """Make a delayed job due now; raises ``RuntimeError`` (BullMQ's message) if it is not
+        delayed."""
         jobs = await self.queue.engine()
         if self.engine_id is None or not await jobs.promote(self.engine_id):
             raise RuntimeError(f"Job {self.id} is not in the delayed state. promote")
@@ -396,33 +530,67 @@ class Job:
         self.delay = delay
 
     async def changePriority(self, opts: dict[str, Any]) -> None:
-        if opts.get("lifo"):
-            raise NotImplementedError("lifo is not supported yet by the pgjobs facade")
+        """Give the job ``opts["priority"]`` (0: none). A job waiting its turn goes behind
+        the jobs of its new priority, or before them with ``lifo``, as BullMQ re-adds it."""
         priority = opts.get("priority", 0)
+        place: PriorityPlace = "first" if opts.get("lifo") else "last"
         jobs = await self.queue.engine()
-        assert self.engine_id is not None
-        await jobs.change_priority(self.engine_id, to_engine_priority(priority))
+        if self.engine_id is None or not await jobs.change_priority(
+            self.engine_id, to_engine_priority(priority), place=place
+        ):
+            raise RuntimeError(f"Missing key for job {self.id}. changePriority")
         self.priority = priority
 
     # -- moving a job on, from its processor or after Worker.getNextJob ---------------------
 
-    def _claim(self, token: str | None, action: str) -> JobContext:
-        if self.context is None:
-            raise RuntimeError(f"{action} needs a job taken by a worker (or Worker.getNextJob)")
-        if token is not None and self.token is not None and token != self.token:
-            raise RuntimeError(f"Missing lock for job {self.id}. {action}")
-        return self.context
+    async def _claim(self, token: str | None, command: str) -> JobContext:
+        """The claim this job runs under, for a move BullMQ's script ``command`` makes (named
+        in the errors, as BullMQ's are). Token ``"0"`` is BullMQ's "no lock check"; any other
+        must be the one the job was taken with."""
+        ctx = self.context
+        if ctx is None or ctx.settled is not None or ctx.completed:
+            # Not taken, or already moved on by hand: BullMQ's checks, in its order.
+            row = await self._row()
+            if row is None:
+                raise RuntimeError(f"Missing key for job {self.id}. {command}")
+            if token not in (None, NO_LOCK_CHECK) or state_of(row) == "active":
+                raise RuntimeError(f"Missing lock for job {self.id}. {command}")
+            raise RuntimeError(f"Job {self.id} is not in the active state. {command}")
+        if token not in (None, NO_LOCK_CHECK) and self.token is not None and token != self.token:
+            raise RuntimeError(f"Missing lock for job {self.id}. {command}")
+        return ctx
+
+    async def _lost(self, command: str) -> RuntimeError:
+        """BullMQ's error for a move whose fenced write found the job no longer ours: gone,
+        or taken over (its lock expired)."""
+        if await self._row() is None:
+            return RuntimeError(f"Missing key for job {self.id}. {command}")
+        return RuntimeError(f"Missing lock for job {self.id}. {command}")
+
+    def _failure_command(self, err: BaseException) -> str:
+        """The script BullMQ's ``moveToFailed`` runs for ``err``: ``retryJob`` or
+        ``moveToDelayed`` (after a backoff) while attempts remain, else ``moveToFinished``."""
+        attempts = self.opts.get("attempts") or 0
+        if self.attemptsMade + 1 >= attempts or isinstance(err, UnrecoverableError):
+            return "moveToFinished"
+        backoff = self.opts.get("backoff")
+        delay = backoff.get("delay") if isinstance(backoff, dict) else backoff
+        return "moveToDelayed" if delay else "retryJob"
 
     async def moveToCompleted(
         self, returnValue: Any, token: str | None = None, fetchNext: bool = False
     ) -> Any:
         """Complete the job with ``returnValue``; with ``fetchNext``, take the next job for the
         same token and return BullMQ's ``[jobData, jobId, limitUntil, delayUntil]``."""
-        ctx = self._claim(token, "moveToCompleted")
+        ctx = await self._claim(token, "moveToFinished")
         stored = json_data(returnValue, "returnvalue")
         await self.flush_logs()
-        if not await ctx.complete(stored):
-            raise RuntimeError(f"Missing lock for job {self.id}. moveToCompleted")
+        try:
+            completed = await ctx.complete(stored)
+        except PendingPrerequisites:
+            raise RuntimeError(pending_dependencies(str(self.id))) from None
+        if not completed:
+            raise await self._lost("moveToFinished")
         self.returnvalue = returnValue
         self.finishedOn = int(time.time() * 1000)
         self.attemptsMade += 1
@@ -439,16 +607,18 @@ class Job:
         """Fail this attempt with ``err``: retried after its backoff while attempts remain
         (an ``UnrecoverableError`` fails it at once), failed otherwise. With ``fetchNext``,
         take the next job for the same token and return its raw data (see moveToCompleted)."""
-        ctx = self._claim(token, "moveToFailed")
+        command = self._failure_command(err)
+        ctx = await self._claim(token, command)
         self.record_failure(err)
         await self.flush_logs()
         status = await ctx.fail(self.engine_failure(err))
         if status is None:
-            raise RuntimeError(f"Missing lock for job {self.id}. moveToFailed")
+            raise await self._lost(command)
         self.attemptsMade += 1
         if status == "dead":
             self.finishedOn = int(time.time() * 1000)
-        return await self._fetch_next() if fetchNext else None
+        # BullMQ's retryJob script takes no next job: only a delayed or finished one does.
+        return await self._fetch_next() if fetchNext and command != "retryJob" else None
 
     def engine_failure(self, err: BaseException) -> BaseException:
         """The engine signal for a failed attempt: Fatal for ``UnrecoverableError``, a Retry
@@ -472,13 +642,13 @@ class Job:
         """Inside the processor, then ``raise DelayedError()``: the job waits until
         ``timestamp`` (ms) without using an attempt. For a job taken with getNextJob, the move
         happens at once."""
-        ctx = self._claim(token, "moveToDelayed")
+        ctx = await self._claim(token, "moveToDelayed")
         self._delay_until_ms = float(timestamp)
         if not self.manual:
             return
         await self.flush_logs()
         if await ctx.fail(Delayed(max(0.0, timestamp / 1000 - time.time()))) is None:
-            raise RuntimeError(f"Missing lock for job {self.id}. moveToDelayed")
+            raise await self._lost("moveToDelayed")
 
     def deferral(self) -> Delayed:
         """The engine deferral for a ``DelayedError`` raised after ``moveToDelayed``."""
@@ -487,7 +657,7 @@ class Job:
 
     async def extendLock(self, token: str, duration: int) -> int:
         """Keep the job ``duration`` ms more; 1 when extended, 0 when the lock is gone."""
-        ctx = self._claim(token, "extendLock")
+        ctx = await self._claim(token, "extendLock")
         return int(await ctx.extend_lease(duration / 1000))
 
     async def moveToWaitingChildren(
@@ -495,14 +665,37 @@ class Job:
     ) -> bool:
         """Inside the processor: True when children added to this job (``parent`` option) are
         still open; then ``raise WaitingChildrenError()`` and the job runs again once they are
-        done, without using an attempt."""
-        ctx = self._claim(token, "moveToWaitingChildren")
-        return await ctx.open_prerequisites() > 0
+        done, without using an attempt. Raises ``UnrecoverableError`` (the job then fails) when
+        a child with ``failParentOnFailure`` has already failed, as BullMQ does."""
+        ctx = await self._claim(token, "moveToWaitingChildren")
+        still_open = await ctx.open_prerequisites()
+        if any(
+            child["policy"] == "cascade" and child["state"] == "failed"
+            for child in await ctx.prerequisites()
+        ):
+            raise UnrecoverableError(
+                f"Cannot complete job {self.id} because it has at least one failed child. "
+                "moveToWaitingChildren"
+            )
+        if still_open and self.manual:  # taken with getNextJob: it moves now
+            await self.flush_logs()
+            if await ctx.fail(WaitForPrerequisites(counted=True)) is None:
+                raise await self._lost("moveToWaitingChildren")
+        return still_open > 0
 
     def record_failure(self, exc: BaseException) -> None:
+        """Keep ``exc`` as this attempt's failure: its message, and its trace appended to
+        ``stacktrace`` (at most ``stackTraceLimit`` kept, none when it is 0), as BullMQ's
+        ``updateStacktrace``."""
         self.error = exc
         self.failedReason = str(exc)
-        self.stacktrace = [_stacktrace(exc)]
+        traces = [*self.stacktrace, _stacktrace(exc)]
+        limit = self.opts.get("stackTraceLimit")
+        if limit == 0:
+            traces = []
+        elif isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+            traces = traces[-limit:]
+        self.stacktrace = traces
 
     # -- flows -----------------------------------------------------------------------------
 
@@ -526,8 +719,8 @@ class Job:
         """Failed reasons of the children whose failure this job was told to ignore."""
         return {
             f"{child['queue']}:{job_id_of(child['id'], child['job_key'])}": (
-                child["failure"] or {}
-            ).get("message", "")
+                error_message(child["failure"] or {}) or ""
+            )
             for child in await self._prerequisites()
             if child["state"] == "ignored"
         }
@@ -547,7 +740,7 @@ class Job:
             "unprocessed": [(key(c), None) for c in children if c["state"] == "open"],
             "failed": [(key(c), None) for c in children if c["state"] in ("blocked", "failed")],
             "ignored": [
-                (key(c), (c["failure"] or {}).get("message", ""))
+                (key(c), error_message(c["failure"] or {}) or "")
                 for c in children
                 if c["state"] in ("ignored", "released")
             ],
@@ -584,6 +777,7 @@ class Job:
         return False
 
     async def getDependenciesCount(self) -> dict[str, int]:
+        """How many of the job's children are processed, unprocessed, failed and ignored."""
         children = await self._prerequisites()
         return {
             "processed": sum(c["state"] == "satisfied" for c in children),
@@ -593,6 +787,7 @@ class Job:
         }
 
     def asJSON(self) -> dict[str, Any]:
+        """The job's fields as BullMQ's ``asJSON`` gives them."""
         return {
             "id": self.id,
             "name": self.name,

@@ -1,9 +1,15 @@
 """Job schedulers (BullMQ's ``upsertJobScheduler`` family) as materialized engine schedules:
 the scheduler's next iteration is always a job (``repeat:<id>:<ms>``), created when it is
-upserted and each time a worker starts the current one. Pure mapping; ``Queue`` does the I/O."""
+upserted and each time a worker starts the current one. Pure mapping; ``Queue`` does the I/O.
+
+A schedule's metadata, which each iteration job carries, holds what BullMQ keeps in the
+scheduler's hash: ``opts`` (the template's options), ``scheduler`` (its id), ``repeat`` (the
+repeat options an iteration's ``opts.repeat`` shows, but its count) and ``offset``; the engine
+adds each iteration's number (``SCHEDULE_RUN_KEY``)."""
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -11,8 +17,8 @@ from zoneinfo import ZoneInfo
 
 from croniter import croniter
 
-from bullmq_compat.mapping import KIND, enqueue_options
-from pgjobs import InvalidOption, Schedule
+from bullmq_compat.mapping import KIND, NO_PRIORITY, enqueue_options
+from pgjobs import SCHEDULE_RUN_KEY, InvalidOption, Schedule, ScheduleTickTaken
 
 if TYPE_CHECKING:
     from bullmq_compat.job import Job
@@ -73,10 +79,19 @@ def template(job_name: Any, job_data: Any, opts: Any) -> tuple[str, Any, dict[st
     return job_name or "", job_data, dict(opts or {})
 
 
-def first_run(repeat: dict[str, Any]) -> int | None:
-    """When the scheduler's first iteration runs (epoch ms), or None when it has none left
-    (its ``count`` reached its ``limit``, or its ``endDate`` has passed). Raises ValueError
-    for options BullMQ refuses, and the repeat strategy's errors for a bad pattern or zone."""
+def first_run(
+    repeat: dict[str, Any],
+    previous: Schedule | None = None,
+    template_opts: dict[str, Any] | None = None,
+) -> tuple[int, int] | None:
+    """When the scheduler's first iteration runs (epoch ms) and the scheduler's ``offset``, as
+    BullMQ's upsert computes them; None when it has none left (its ``count`` reached its
+    ``limit``, or its ``endDate`` has passed). ``every``: now, or ``startDate`` if later, or
+    with an ``offset`` the next slot ``k * every + offset``; an upsert that replaces the
+    pending iteration of the same ``every`` keeps its slot. ``pattern``: the pattern's next
+    time. The template's ``prevMillis``, when later than now, stands for now. Raises
+    ValueError for options BullMQ refuses, and the repeat strategy's errors for a bad pattern
+    or zone."""
     if repeat.get("pattern") and repeat.get("every"):
         raise ValueError("Both .pattern and .every options are defined for this repeatable job")
     if not repeat.get("pattern") and not repeat.get("every"):
@@ -94,11 +109,111 @@ def first_run(repeat: dict[str, Any]) -> int | None:
     end = _to_millis(repeat.get("endDate"))
     if end is not None and now > end:
         return None
+    prev_millis = (template_opts or {}).get("prevMillis")
+    if isinstance(prev_millis, int | float) and not isinstance(prev_millis, bool):
+        now = max(now, int(prev_millis))
     if repeat.get("pattern"):
         following = default_repeat_strategy(now, repeat)
-        return None if following is None else max(following, now)
+        return None if following is None else (max(following, now), 0)
+    every = repeat["every"]
+    if isinstance(every, bool) or not isinstance(every, int | float) or every <= 0:
+        raise InvalidOption("every", f"must be milliseconds > 0, got {every!r}")
+    given = repeat.get("offset") or 0
+    if isinstance(given, bool) or not isinstance(given, int | float) or given < 0:
+        raise InvalidOption("offset", f"must be milliseconds >= 0, got {given!r}")
+    if (
+        previous is not None
+        and previous.pending_job_id is not None
+        and previous.next_run_at is not None
+        and repeat_of(previous).get("every") == every
+    ):
+        kept = _ms(previous.next_run_at)
+        offset = given or _metadata(previous).get("offset")
+        return kept, int(offset if isinstance(offset, int | float) else _phase(kept, every))
     start = _to_millis(repeat.get("startDate"))
-    return max(start, now) if start is not None else now
+    first: float = now
+    if start is not None:
+        first = max(start, now)
+    elif given:
+        first = math.floor(now / every) * every + given
+        if first <= now:
+            first += every
+    return int(first), int(given or _phase(int(first), every))
+
+
+def _phase(millis: int, every: float) -> int:
+    """Where ``millis`` falls in its slot of ``every`` (BullMQ's offset of an ``every``)."""
+    return int(millis - math.floor(millis / every) * every)
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def _metadata(schedule: Schedule) -> dict[str, Any]:
+    meta = schedule.options.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def repeat_of(schedule: Schedule) -> dict[str, Any]:
+    """The repeat options of a scheduler, as an iteration's ``opts.repeat`` shows them (but
+    its count); for a schedule written before the facade kept them, from its engine fields."""
+    kept = _metadata(schedule).get("repeat")
+    if isinstance(kept, dict):
+        return kept
+    repeat: dict[str, Any] = {}
+    if schedule.every is not None:
+        repeat["every"] = round(schedule.every * 1000)
+    if schedule.cron is not None:
+        repeat["pattern"] = schedule.cron
+        if schedule.timezone != "UTC":
+            repeat["tz"] = schedule.timezone
+    if schedule.limit is not None:
+        repeat["limit"] = schedule.limit
+    if schedule.start_at is not None:
+        repeat["startDate"] = _ms(schedule.start_at)
+    if schedule.end_at is not None:
+        repeat["endDate"] = _ms(schedule.end_at)
+    return repeat
+
+
+def iteration_opts(metadata: Any, job_key: str | None, created_ms: int) -> dict[str, Any] | None:
+    """The ``opts`` BullMQ gives an iteration job of a scheduler: the template's options, and
+    ``repeat`` (with the iteration's ``count``), ``jobId``, ``delay`` (from its creation to
+    its slot), ``timestamp``, ``prevMillis`` (its slot) and ``repeatJobKey`` (the scheduler
+    id). None for a job that is no scheduler's iteration."""
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("scheduler"), str):
+        return None
+    opts = metadata.get("opts")
+    result: dict[str, Any] = dict(opts) if isinstance(opts, dict) else {}
+    repeat = metadata.get("repeat")
+    if isinstance(repeat, dict):
+        run = metadata.get(SCHEDULE_RUN_KEY)
+        iteration = run.get("iteration") if isinstance(run, dict) else None
+        result["repeat"] = {**repeat, "count": iteration if iteration is not None else 1}
+    slot = None
+    if job_key is not None:
+        try:
+            slot = int(job_key.rsplit(":", 1)[1])
+        except (IndexError, ValueError):
+            slot = None
+    if slot is not None:
+        result["jobId"] = job_key
+        result["delay"] = max(0, slot - created_ms)
+        result["timestamp"] = created_ms
+        result["prevMillis"] = slot
+    result["repeatJobKey"] = metadata["scheduler"]
+    return result
+
+
+def tick_taken_message(repeat: dict[str, Any], error: ScheduleTickTaken) -> str:
+    """BullMQ's error when a scheduler's iteration cannot be made (its job id is taken)."""
+    if repeat.get("pattern") and error.tries <= 1:
+        return "Cannot create job scheduler iteration - job ID already exists. addJobScheduler"
+    return (
+        "Cannot create job scheduler iteration - current and next time slots already have "
+        "jobs. addJobScheduler"
+    )
 
 
 def upsert_arguments(
@@ -109,22 +224,48 @@ def upsert_arguments(
     name: str,
     data: Any,
     opts: dict[str, Any],
+    previous: Schedule | None = None,
+    next_millis: int | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments of ``JobQueue.upsert_schedule`` for a BullMQ scheduler (its first run
-    is ``first_run(repeat)``, which the caller checks first)."""
+    is ``first_run(repeat, previous, opts)``, which the caller checks first; ``previous``: the
+    scheduler it replaces, if any; ``next_millis``: a next run already decided, as a scheduler
+    read from Redis has it, which also fixes an ``every``'s offset). A pattern's ``tz`` is the
+    zone the engine reads it in; an ``every`` ignores it (BullMQ keeps it, unchecked, and
+    shows it)."""
     for forbidden in ("jobId", "delay", "repeat"):
         if forbidden in opts:
             raise InvalidOption(forbidden, "a job scheduler's template cannot set it")
     job = enqueue_options(name or scheduler_id, opts, prefix, queue_name)
     backoff = job["backoff"]
-    first = first_run(repeat)
+    if next_millis is not None:
+        given = repeat.get("offset") or 0
+        every = repeat.get("every")
+        planned: tuple[int, int] | None = (
+            next_millis,
+            int(given or (_phase(next_millis, every) if every else 0)),
+        )
+    else:
+        planned = first_run(repeat, previous, opts)
+    first, offset = planned if planned is not None else (None, 0)
+    shown = {k: v for k, v in repeat.items() if k not in ("immediately", "count", "offset")}
+    for field in ("startDate", "endDate"):
+        if shown.get(field) is not None:
+            shown[field] = _to_millis(shown[field])
+    if repeat.get("every") and repeat.get("offset"):
+        shown["offset"] = repeat["offset"]
     arguments: dict[str, Any] = {
         "queue": job["queue"],
         "job_name": job["name"],
         "priority": job["priority"],
         "max_attempts": job["max_attempts"],
-        "metadata": {"opts": opts, "scheduler": scheduler_id},
-        "timezone": repeat.get("tz") or "UTC",
+        "metadata": {
+            "opts": opts,
+            "scheduler": scheduler_id,
+            "repeat": {k: v for k, v in shown.items() if v is not None},
+            "offset": offset,
+        },
+        "timezone": (repeat.get("tz") or "UTC") if repeat.get("pattern") else "UTC",
         "start_at": _moment(_to_millis(repeat.get("startDate"))),
         "end_at": _moment(_to_millis(repeat.get("endDate"))),
         "limit": repeat.get("limit"),
@@ -132,7 +273,13 @@ def upsert_arguments(
         "first_run_at": _moment(first),
         "job_key_prefix": f"repeat:{scheduler_id}:",  # BullMQ's repeat:<id>:<ms> job ids
         "events": job["events"],
+        "keep_completed": job["keep_completed"],
+        "keep_dead": job["keep_dead"],
         "materialize": True,
+        # BullMQ refuses a pattern's iteration whose job id is taken (an every moves on), and
+        # leaves a waiting iteration of a paused queue where it is.
+        "refuse_taken_tick": bool(repeat.get("pattern")),
+        "keep_waiting_run": NO_PRIORITY,
     }
     if backoff is not None:
         arguments["backoff"] = backoff.to_json()
@@ -149,29 +296,33 @@ def upsert_arguments(
 
 
 def as_json(scheduler_id: str, schedule: Schedule) -> dict[str, Any]:
-    """BullMQ's JobSchedulerJson for one schedule."""
-    meta = schedule.options.get("metadata") or {}
+    """BullMQ's JobSchedulerJson for one schedule: ``key``, ``name``, ``next``,
+    ``iterationCount``, and those of ``limit``, ``startDate``, ``endDate``, ``tz``,
+    ``pattern``, ``every``, ``offset`` and ``template`` (its ``data`` unless ``{}``, its
+    ``opts`` unless empty) that it has."""
+    meta = _metadata(schedule)
+    repeat = repeat_of(schedule)
     result: dict[str, Any] = {
         "key": scheduler_id,
-        "id": scheduler_id,
         "name": schedule.options.get("name"),  # the emitted jobs' name
+        "next": None if schedule.next_run_at is None else _ms(schedule.next_run_at),
         "iterationCount": schedule.emitted,
-        "tz": schedule.timezone,
-        "next": None
-        if schedule.next_run_at is None
-        else int(schedule.next_run_at.timestamp() * 1000),
-        "template": {"data": schedule.input, "opts": meta.get("opts", {})},
     }
-    if schedule.every is not None:
-        result["every"] = int(schedule.every * 1000)
-    if schedule.cron is not None:
-        result["pattern"] = schedule.cron
-    if schedule.limit is not None:
-        result["limit"] = schedule.limit
-    if schedule.start_at is not None:
-        result["startDate"] = int(schedule.start_at.timestamp() * 1000)
-    if schedule.end_at is not None:
-        result["endDate"] = int(schedule.end_at.timestamp() * 1000)
+    for field in ("limit", "startDate", "endDate", "tz", "pattern", "every"):
+        if repeat.get(field) not in (None, ""):
+            result[field] = repeat[field]
+    offset = meta.get("offset")
+    if offset is None and "repeat" not in meta:  # written before the facade kept it
+        offset = 0 if schedule.cron is not None or "every" not in result else None
+    if offset is not None:
+        result["offset"] = offset
+    template: dict[str, Any] = {}
+    if schedule.input != {}:
+        template["data"] = schedule.input
+    if meta.get("opts"):
+        template["opts"] = meta["opts"]
+    if template:
+        result["template"] = template
     return result
 
 
@@ -192,20 +343,26 @@ class JobScheduler:
         override: bool = True,
         producer_id: str | None = None,
     ) -> Job | None:
+        """``Queue.upsertJobScheduler``: create or replace a job scheduler; returns its next job."""
         return await self.queue.upsertJobScheduler(
             job_scheduler_id, repeat_opts, job_name, job_data, opts, override, producer_id
         )
 
     async def removeJobScheduler(self, job_scheduler_id: str) -> int:
+        """``Queue.removeJobScheduler``: 0 when removed, 1 when there was none."""
         return await self.queue.removeJobScheduler(job_scheduler_id)
 
     async def isJobScheduler(self, job_scheduler_id: str) -> bool:
+        """Whether a job scheduler of this id exists."""
         return await self.queue.isJobScheduler(job_scheduler_id)
 
     async def getScheduler(self, job_scheduler_id: str) -> dict[str, Any] | None:
+        """The job scheduler of this id as BullMQ describes it, or None."""
         return await self.queue.getJobScheduler(job_scheduler_id)
 
     async def getJobSchedulers(
         self, start: int = 0, end: int = -1, asc: bool = False
     ) -> list[dict[str, Any]]:
+        """``Queue.getJobSchedulers``: the queue's job schedulers by next run, from ``start`` to
+        ``end`` (inclusive; -1: the last)."""
         return await self.queue.getJobSchedulers(start, end, asc)

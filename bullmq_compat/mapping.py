@@ -9,8 +9,10 @@ from __future__ import annotations
 import base64
 import json
 import math
+from datetime import UTC, datetime
 from typing import Any
 
+from pgjobs import MAX_QUEUE_BYTES as ENGINE_MAX_QUEUE_BYTES
 from pgjobs import (
     Backoff,
     Durability,
@@ -30,10 +32,11 @@ from pgjobs import (
 MAX_BULLMQ_PRIORITY = 2_097_151  # 2**21 - 1, as Node validates (the Python docstring says 2**21)
 NO_PRIORITY = 10  # engine priority of a job without one: ahead of every prioritized job
 KIND = "bullmq"
+"""The engine job kind of every facade job (the BullMQ name is the job's name)."""
 MAX_DELAY_MS = 100 * 365 * 24 * 3600 * 1000  # the engine's bound (a century), in BullMQ's unit
 MAX_ATTEMPTS = 1_000_000
 MAX_ID_BYTES = 1024
-MAX_QUEUE_BYTES = 128
+MAX_QUEUE_BYTES = ENGINE_MAX_QUEUE_BYTES  # the engine's: prefix, ':' and name together
 _COMPACT = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 """``json.dumps(value, separators=(",", ":"), allow_nan=False)`` without building an encoder
 per call (a flow or a bulk encodes each job's data)."""
@@ -204,6 +207,12 @@ def _keep(option: str, value: Any) -> Keep | None:
     raise InvalidOption(option, f"must be a bool, a count or {{age, count}}, got {value!r}")
 
 
+def keep_rule(option: str, value: Any) -> Keep | None:
+    """The engine retention of ``removeOnComplete`` / ``removeOnFail`` ``value`` (None: keep
+    every job), as a Worker's own option gives it to the jobs added without one."""
+    return _keep(option, value)
+
+
 def milliseconds(option: str, value: Any) -> float:
     """A BullMQ duration: milliseconds from 0 to a century."""
     if (
@@ -218,9 +227,14 @@ def milliseconds(option: str, value: Any) -> float:
     return float(value)
 
 
+NO_BACKOFF = Backoff.fixed(0.0)
+"""A job added without ``backoff`` is retried at once, as BullMQ retries it (not after the
+engine's default backoff)."""
+
+
 def _backoff(value: Any) -> Backoff | None:
     if value is None:
-        return None
+        return NO_BACKOFF
     if isinstance(value, int | float) and not isinstance(value, bool):
         return Backoff.fixed(milliseconds("backoff", value) / 1000)
     if isinstance(value, dict):
@@ -246,11 +260,28 @@ FAILURE_OPTIONS = {
 }
 
 
+EXCLUSIVE_FAILURE_OPTIONS = (
+    "removeDependencyOnFailure",
+    "failParentOnFailure",
+    "continueParentOnFailure",
+    "ignoreDependencyOnFailure",
+)
+"""The parent-failure options, in the order BullMQ's refusal of two of them names them."""
+
+
+def check_failure_options(opts: dict[str, Any]) -> None:
+    """Refuse two parent-failure options on one job, with BullMQ's message (a ValueError)."""
+    chosen = [name for name in EXCLUSIVE_FAILURE_OPTIONS if opts.get(name)]
+    if len(chosen) > 1:
+        raise InvalidOption(
+            chosen[1], f"The following options cannot be used together: {', '.join(chosen)}"
+        )
+
+
 def edge_policy(opts: dict[str, Any]) -> EdgePolicy:
     """The policy of a child's edge to its parent; the four options are mutually exclusive."""
+    check_failure_options(opts)
     chosen = [name for name in FAILURE_OPTIONS if opts.get(name)]
-    if len(chosen) > 1:
-        raise InvalidOption(chosen[1], f"cannot be combined with {chosen[0]}")
     return FAILURE_OPTIONS[chosen[0]] if chosen else EdgePolicy.BLOCK
 
 
@@ -262,7 +293,10 @@ _UNSUPPORTED = {
 
 def _deduplication(value: Any) -> dict[str, Any]:
     """``{id}``: held while in flight; ``{id, ttl}``: held ttl ms (throttle); ``extend``: each
-    duplicate restarts the ttl; ``replace``: a duplicate replaces a still-delayed holder."""
+    duplicate restarts the ttl; ``replace``: a duplicate replaces a still-delayed holder;
+    ``keepLastIfActive``: held until the holder finishes (a ttl is then ignored, as BullMQ
+    ignores it), a duplicate arriving while the holder runs kept, the latest only, and added
+    when the holder finishes."""
     if value is None:
         return {"dedup_key": None}
     if not isinstance(value, dict) or value.get("id") in (None, ""):
@@ -270,19 +304,20 @@ def _deduplication(value: Any) -> dict[str, Any]:
     unknown = set(value) - {"id", "ttl", "extend", "replace", "keepLastIfActive"}
     if unknown:
         raise InvalidOption("deduplication", f"unknown keys {sorted(unknown)}")
-    if value.get("keepLastIfActive"):
-        raise InvalidOption(
-            "deduplication.keepLastIfActive", "is not supported by the pgjobs facade"
-        )
+    key = _text("deduplication.id", value["id"])
     ttl = value.get("ttl")
-    if ttl is None:
-        if value.get("extend") or value.get("replace"):
-            raise InvalidOption("deduplication", "extend and replace need a ttl")
-        return {"dedup_key": _text("deduplication.id", value["id"])}
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0:
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0):
         raise InvalidOption("deduplication.ttl", f"must be milliseconds > 0, got {ttl!r}")
+    if value.get("keepLastIfActive"):
+        return {
+            "dedup_key": key,
+            "dedup_keep_last": True,
+            "dedup_replace": bool(value.get("replace")),
+        }
+    if ttl is None:  # BullMQ ignores extend without a ttl
+        return {"dedup_key": key, "dedup_replace": bool(value.get("replace"))}
     return {
-        "dedup_key": _text("deduplication.id", value["id"]),
+        "dedup_key": key,
         "dedup_ttl": ttl / 1000,
         "dedup_extend": bool(value.get("extend")),
         "dedup_replace": bool(value.get("replace")),
@@ -324,6 +359,7 @@ def enqueue_options(
     for key, why in _UNSUPPORTED.items():
         if opts.get(key):
             raise InvalidOption(key, why)
+    check_failure_options(opts)
     dedup = _deduplication(opts.get("deduplication"))
     delay = milliseconds("delay", opts.get("delay") or 0)
     attempts = opts.get("attempts") or 1
@@ -339,6 +375,8 @@ def enqueue_options(
     # BullMQ ignores lifo for prioritized and delayed adds.
     lifo = bool(opts.get("lifo")) and priority == NO_PRIORITY and not delay
     job_id = opts.get("jobId")
+    if job_id == "":
+        job_id = None  # BullMQ's addJob scripts draw an automatic id for an empty jobId
     if job_id is not None:
         job_id = _text("jobId", job_id)
         if job_id.lstrip("-").isdigit():
@@ -367,7 +405,16 @@ def enqueue_options(
 
 
 def state_of(row: JobRow) -> str:
-    """BullMQ's state name for a job (``Job.getState``)."""
+    """BullMQ's state name for a job (``Job.getState``). A job that has run, then got children
+    and moved itself to delayed (``moveToDelayed`` or a retry's backoff) before waiting for
+    them, is in BullMQ's delayed set: ``delayed``, where the engine's sub-state says it waits
+    for its prerequisites (a flow's parent added with a delay has not run: waiting-children)."""
+    if (
+        row.sub_state is SubState.WAITING_CHILDREN
+        and (row.attempts > 0 or row.deferrals > 0)
+        and row.run_at > datetime.now(UTC)
+    ):
+        return "delayed"
     return bullmq_state(row.sub_state, row.priority)
 
 

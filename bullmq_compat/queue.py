@@ -92,7 +92,15 @@ ADD_RETRY_SECONDS = 20.0
 OPTIONS_MEMO_SIZE = 256
 """Option sets a queue remembers at most (``Queue._options``); forgotten all at once when full."""
 
-_ONE_JOB_OPTIONS = ("job_key", "dedup_key", "dedup_ttl", "dedup_extend", "dedup_replace", "lifo")
+_ONE_JOB_OPTIONS = (
+    "job_key",
+    "dedup_key",
+    "dedup_ttl",
+    "dedup_extend",
+    "dedup_replace",
+    "dedup_keep_last",
+    "lifo",
+)
 """Engine options that name or order one job: a bulk with any of them goes job by job."""
 
 _CLEANABLE = {"completed", "failed", "delayed", "wait", "waiting", "prioritized", "active"}
@@ -332,14 +340,21 @@ class Queue:
         if parent_id is None:
             raise TypeError(f"Missing key for parent job {parent['queue']}:{parent['id']}. addJob")
         fields = {k: v for k, v in vars_of(spec).items() if k not in ("kind", "input")}
-        return await jobs.add_prerequisite(
-            parent_id,
-            spec.kind,
-            spec.input,
-            policy=edge_policy(opts),
-            connection=connection,
-            **fields,
-        )
+        try:
+            # an existing jobId becomes the parent's child, unless another parent has it
+            return await jobs.add_prerequisite(
+                parent_id,
+                spec.kind,
+                spec.input,
+                policy=edge_policy(opts),
+                connection=connection,
+                sole_dependent=True,
+                **fields,
+            )
+        except pgjobs.PrerequisiteTaken:
+            raise TypeError(
+                f"The parent job {parent['queue']}:{parent['id']} cannot be replaced. addJob"
+            ) from None
 
     async def engine_id_of(
         self, jobs: pgjobs.JobQueue, qualified_queue: str, job_id: str
@@ -351,41 +366,64 @@ class Queue:
     async def _row_of(
         self, jobs: pgjobs.JobQueue, qualified_queue: str, job_id: str
     ) -> JobRow | None:
-        """BullMQ job ``job_id`` of queue ``<prefix>:<name>``: an automatic id is the engine id,
-        a custom one a job key (as is a numeric id a migration brought from Redis)."""
-        if job_id.isdigit():
+        """BullMQ job ``job_id`` of queue ``<prefix>:<name>``, looked for in that queue only:
+        the job whose key it is (a custom jobId, an id a migration brought from Redis, a key a
+        migration gave a job whose automatic id Redis also used), else the job of that queue
+        with no key whose engine id it is (an automatic id)."""
+        rows = await jobs.list_jobs(JobFilter(queue=qualified_queue, job_key=job_id), limit=1)
+        if rows:
+            return rows[0]
+        if job_id.isdigit() and len(job_id) < 19:
             row = await jobs.get(int(job_id))
             if row is not None and row.queue == qualified_queue and row.job_key is None:
                 return row
-        rows = await jobs.list_jobs(JobFilter(queue=qualified_queue, job_key=job_id), limit=1)
-        return rows[0] if rows else None
+        return None
 
     async def _duplicate(
         self, jobs: pgjobs.JobQueue, opts: dict[str, Any], result: pgjobs.EnqueueResult
     ) -> str | None:
-        """For a dropped add: the holder's BullMQ id, after writing the ``duplicated`` /
-        ``deduplicated`` event BullMQ writes. None when the add was not dropped."""
+        """For a dropped add: the holder's BullMQ id, after writing the event BullMQ writes:
+        ``duplicated`` when its jobId is taken, else ``deduplicated`` {jobId: the holder,
+        deduplicationId, deduplicatedJobId: the add's jobId}, which a replacing add (its
+        holder not delayed) does not write unless it was kept (keepLastIfActive). None when the
+        add was not dropped; an add that replaced a delayed holder writes ``deduplicated``
+        {jobId: the new job, deduplicatedJobId: the replaced one}."""
+        dedup = opts.get("deduplication") or {}
+        job_id = opts.get("jobId") or None  # an empty jobId is none (an automatic id)
+        if result.replaced is not None:
+            if self._record_events:
+                await self._deduplicated(
+                    jobs,
+                    job_id_of(result.id, None if job_id is None else str(job_id)),
+                    dedup,
+                    job_id_of(result.replaced, result.replaced_key),
+                )
+            return None
         if not result.duplicate:
             return None
-        job_id = opts.get("jobId")
-        if job_id is not None:
-            if self._record_events:
-                await jobs.publish_event(self.qualifiedName, "duplicated", {"jobId": str(job_id)})
-            return str(job_id)
         row = await jobs.get(result.id)
         holder = job_id_of(result.id, row.job_key if row else None)
-        if self._record_events:
-            dedup = opts.get("deduplication") or {}
-            await jobs.publish_event(
-                self.qualifiedName,
-                "deduplicated",
-                {
-                    "jobId": holder,
-                    "deduplicationId": str(dedup.get("id")),
-                    "deduplicatedJobId": None,
-                },
-            )
+        if job_id is not None and holder == str(job_id):
+            if self._record_events:
+                await jobs.publish_event(self.qualifiedName, "duplicated", {"jobId": holder})
+            return holder
+        if self._record_events and (result.kept or not dedup.get("replace")):
+            # an automatic id is not drawn for a dropped add: deduplicatedJobId is None then
+            await self._deduplicated(jobs, holder, dedup, None if job_id is None else str(job_id))
         return holder
+
+    async def _deduplicated(
+        self, jobs: pgjobs.JobQueue, job_id: str, dedup: dict[str, Any], other: str | None
+    ) -> None:
+        await jobs.publish_event(
+            self.qualifiedName,
+            "deduplicated",
+            {
+                "jobId": job_id,
+                "deduplicationId": str(dedup.get("id")),
+                "deduplicatedJobId": other,
+            },
+        )
 
     def added(
         self,
@@ -395,7 +433,9 @@ class Queue:
         engine_id: int,
         holder: str | None = None,
     ) -> Job:
-        job_id = holder if holder is not None else opts.get("jobId")
+        """The Job that an add of ``name`` returns, for the engine job ``engine_id`` (``holder``:
+        the id of a deduplication holder returned instead)."""
+        job_id = holder if holder is not None else opts.get("jobId") or None
         job = Job(self, name, data, opts, str(job_id) if job_id is not None else str(engine_id))
         job.engine_id = engine_id
         return job
@@ -406,9 +446,10 @@ class Queue:
         """The job with this id: a custom ``jobId``, or an automatic (numeric) id."""
         jobs = await self.engine()
         row = await self._row_of(jobs, self.qualifiedName, str(job_id))
-        return None if row is None else Job.from_row(self, row)
+        return None if row is None else await Job.read(self, row)
 
     async def getJobState(self, job_id: str) -> str:
+        """The BullMQ state of the job with this id, "unknown" if there is none."""
         job = await self.getJob(job_id)
         return "unknown" if job is None else await job.getState()
 
@@ -433,32 +474,41 @@ class Queue:
         return result
 
     async def getJobCountByTypes(self, *types: str) -> int:
+        """How many jobs are in the named states, added up."""
         return sum((await self.getJobCounts(*types)).values())
 
     async def count(self) -> int:
+        """How many jobs wait to run: waiting, prioritized, delayed and waiting-children."""
         return await self.getJobCountByTypes(
             "waiting", "prioritized", "delayed", "waiting-children"
         )
 
     async def getWaitingCount(self) -> int:
+        """How many jobs are waiting (without a priority)."""
         return await self.getJobCountByTypes("waiting")
 
     async def getActiveCount(self) -> int:
+        """How many jobs are active."""
         return await self.getJobCountByTypes("active")
 
     async def getCompletedCount(self) -> int:
+        """How many completed jobs are kept."""
         return await self.getJobCountByTypes("completed")
 
     async def getFailedCount(self) -> int:
+        """How many failed jobs are kept."""
         return await self.getJobCountByTypes("failed")
 
     async def getDelayedCount(self) -> int:
+        """How many jobs are delayed."""
         return await self.getJobCountByTypes("delayed")
 
     async def getPrioritizedCount(self) -> int:
+        """How many jobs with a priority wait their turn."""
         return await self.getJobCountByTypes("prioritized")
 
     async def getWaitingChildrenCount(self) -> int:
+        """How many jobs wait for their children."""
         return await self.getJobCountByTypes("waiting-children")
 
     async def getCountsPerPriority(self, priorities: list[int]) -> dict[str, int]:
@@ -535,26 +585,39 @@ class Queue:
         return rows
 
     async def getWaiting(self, start: int = 0, end: int = -1) -> list[Job]:
+        """The waiting jobs, from ``start`` to ``end`` (inclusive; -1: the last)."""
         return await self.getJobs(["waiting"], start, end, asc=True)
 
     async def getPrioritized(self, start: int = 0, end: int = -1) -> list[Job]:
+        """The prioritized jobs, from ``start`` to ``end`` (inclusive; -1: the last)."""
         return await self.getJobs(["prioritized"], start, end, asc=True)
 
     async def getActive(self, start: int = 0, end: int = -1) -> list[Job]:
+        """The active jobs, from ``start`` to ``end`` (inclusive; -1: the last)."""
         return await self.getJobs(["active"], start, end, asc=True)
 
     async def getDelayed(self, start: int = 0, end: int = -1) -> list[Job]:
+        """The delayed jobs, from ``start`` to ``end`` (inclusive; -1: the last)."""
         return await self.getJobs(["delayed"], start, end, asc=True)
 
+    async def getWaitingChildren(self, start: int = 0, end: int = -1) -> list[Job]:
+        """The jobs waiting for their children, from ``start`` to ``end`` (inclusive; -1: the
+        last)."""
+        return await self.getJobs(["waiting-children"], start, end, asc=True)
+
     async def getCompleted(self, start: int = 0, end: int = -1) -> list[Job]:
+        """The kept completed jobs, from ``start`` to ``end`` (inclusive; -1: the last)."""
         return await self.getJobs(["completed"], start, end, asc=False)
 
     async def getFailed(self, start: int = 0, end: int = -1) -> list[Job]:
+        """The kept failed jobs, from ``start`` to ``end`` (inclusive; -1: the last)."""
         return await self.getJobs(["failed"], start, end, asc=False)
 
     async def getJobLogs(
         self, job_id: str, start: int = 0, end: int = -1, asc: bool = True
     ) -> dict[str, Any]:
+        """A job's log lines from ``start`` to ``end`` (inclusive; -1: the last), with their total:
+        ``{"logs": [...], "count": n}``; none for an unknown job."""
         job = await self.getJob(job_id)
         if job is None or job.engine_id is None:
             return {"logs": [], "count": 0}
@@ -606,26 +669,46 @@ class Queue:
         job of its next iteration (``repeat:<id>:<ms>``, created now, replacing one an earlier
         upsert made that has not started), or None when none is left (``limit`` reached,
         ``endDate`` past): the scheduler is then not created. Whichever worker starts an
-        iteration creates the next."""
+        iteration creates the next. A pattern whose next iteration's job id is taken (by a job
+        of this scheduler still there) raises TypeError, as BullMQ does. ``override=False``
+        leaves an existing scheduler as it is; with ``producer_id``, the id of its pending
+        iteration, it makes the next iteration (what BullMQ's worker does with it)."""
         name, data, template_opts = schedulers.template(job_name, job_data, opts)
         merged = {**self.jobsOpts, **template_opts}
         repeat = dict(repeat_opts or {})
-        if schedulers.first_run(repeat) is None:
+        if schedulers.first_run(repeat, None, merged) is None:
             return None
-        arguments = schedulers.upsert_arguments(
-            self.prefix, self.name, job_scheduler_id, repeat, name, json_data(data), merged
-        )
         jobs = await self.engine()
-        existing = await jobs.get_schedule(arguments["name"])
-        if existing is None or override:
-            await jobs.upsert_schedule(**arguments)
-        schedule = await jobs.get_schedule(arguments["name"])
+        schedule_name = schedulers.schedule_name(self.qualifiedName, job_scheduler_id)
+        existing = await jobs.get_schedule(schedule_name)
+        if existing is not None and not override:
+            if producer_id is not None and existing.pending_job_id is not None:
+                producer = await self.engine_id_of(jobs, self.qualifiedName, str(producer_id))
+                if producer == existing.pending_job_id:
+                    await jobs.advance_schedule(schedule_name, producer)
+        else:
+            arguments = schedulers.upsert_arguments(
+                self.prefix,
+                self.name,
+                job_scheduler_id,
+                repeat,
+                name,
+                json_data(data),
+                merged,
+                previous=existing,
+            )
+            try:
+                await jobs.upsert_schedule(**arguments)
+            except pgjobs.ScheduleTickTaken as exc:
+                raise TypeError(schedulers.tick_taken_message(repeat, exc)) from None
+        schedule = await jobs.get_schedule(schedule_name)
         if schedule is None or schedule.pending_job_id is None:
             return None
         row = await jobs.get(schedule.pending_job_id)
         return None if row is None else Job.from_row(self, row)
 
     async def getJobScheduler(self, job_scheduler_id: str) -> dict[str, Any] | None:
+        """The job scheduler of this id as BullMQ describes it, or None."""
         jobs = await self.engine()
         schedule = await jobs.get_schedule(
             schedulers.schedule_name(self.qualifiedName, job_scheduler_id)
@@ -633,11 +716,14 @@ class Queue:
         return None if schedule is None else schedulers.as_json(job_scheduler_id, schedule)
 
     async def isJobScheduler(self, job_scheduler_id: str) -> bool:
+        """Whether a job scheduler of this id exists."""
         return await self.getJobScheduler(job_scheduler_id) is not None
 
     async def getJobSchedulers(
         self, start: int = 0, end: int = -1, asc: bool = False
     ) -> list[dict[str, Any]]:
+        """The queue's job schedulers, ordered by next run, from ``start`` to ``end`` (inclusive;
+        -1: the last)."""
         jobs = await self.engine()
         prefix = self.qualifiedName + ":"
         found = [
@@ -649,6 +735,7 @@ class Queue:
         return found[start:] if end < 0 else found[start : end + 1]
 
     async def getJobSchedulersCount(self) -> int:
+        """How many job schedulers the queue has."""
         return len(await self.getJobSchedulers())
 
     async def removeJobScheduler(self, job_scheduler_id: str) -> int:
@@ -663,15 +750,19 @@ class Queue:
     # -- control ---------------------------------------------------------------------------
 
     async def pause(self) -> None:
+        """Pause the queue: workers take none of its jobs until ``resume``; adds still work."""
         await (await self.engine()).pause(self.qualifiedName)
 
     async def resume(self) -> None:
+        """Resume a paused queue."""
         await (await self.engine()).resume(self.qualifiedName)
 
     async def isPaused(self) -> bool:
+        """Whether the queue is paused."""
         return (await (await self.engine()).queue_settings(self.qualifiedName)).paused
 
     async def remove(self, job_id: str, opts: dict[str, Any] | None = None) -> int:
+        """Remove the job with this id unless it is active; 1 if it was removed, else 0."""
         job = await self.getJob(job_id)
         if job is None or job.engine_id is None:
             return 0
@@ -680,9 +771,14 @@ class Queue:
 
     async def drain(self, delayed: bool = False) -> None:
         """Remove waiting and prioritized jobs (and delayed ones with ``delayed=True``), with
-        no 'removed' events, as BullMQ's drain."""
+        no 'removed' events, as BullMQ's drain: but the next iteration of each job scheduler;
+        a parent of this queue whose last pending children go goes with them."""
         states = (SubState.READY,) + ((SubState.DELAYED, SubState.RETRY) if delayed else ())
-        await (await self.engine()).purge(self._filter(sub_state=states), removed_events=False)
+        await (await self.engine()).purge(
+            self._filter(sub_state=states, pending_run=False),
+            removed_events=False,
+            take_dependents=True,
+        )
 
     async def trimEvents(self, maxLength: int) -> int:
         """Keep about the newest ``maxLength`` events of this queue's log and return how many
@@ -693,16 +789,24 @@ class Queue:
         return await (await self.engine()).trim_events(self.qualifiedName, keep)
 
     async def obliterate(self, force: bool = False) -> None:
-        """Delete every job of the queue; refused while jobs are active unless ``force``. No
-        'removed' events, as BullMQ's obliterate."""
+        """Delete every job and job scheduler of the queue; refused while jobs are active
+        unless ``force``. No 'removed' events, as BullMQ's obliterate. As BullMQ's, it leaves
+        a parent waiting for children (``waiting-children``) unless its last pending children
+        were of this queue: they take it with them."""
         jobs = await self.engine()
-        where = JobFilter(queue=self.qualifiedName)
+        states = tuple(s for s in SubState if s is not SubState.WAITING_CHILDREN)
+        where = JobFilter(queue=self.qualifiedName, sub_state=states)
+        prefix = self.qualifiedName + ":"
+        mine = [s.name for s in await jobs.list_schedules() if s.name.startswith(prefix)]
         async with jobs.transaction() as conn:  # all of it, or (refused) nothing
+            for schedule in mine:
+                await jobs.remove_schedule(schedule, connection=conn)
             result = await jobs.purge(
                 where,
                 running="cancel" if force else "skip",
                 connection=conn,
                 removed_events=False,
+                take_dependents=True,
             )
             if result.skipped_running:
                 raise RuntimeError("Cannot obliterate queue with active jobs")
@@ -720,12 +824,15 @@ class Queue:
             if type in ("completed", "failed")
             else {"created_before": cutoff}
         )
-        where = self._filter(sub_state=_SUB_STATES[type], **age)
+        # The next iteration of a job scheduler stays, as in BullMQ.
+        unfinished = {} if type in ("completed", "failed") else {"pending_run": False}
+        where = self._filter(sub_state=_SUB_STATES[type], **age, **unfinished)
         if type in ("waiting", "wait", "prioritized"):
             where = self._filter(
                 sub_state=_SUB_STATES[type],
                 priority=NO_PRIORITY if type != "prioritized" else None,
                 **age,
+                **unfinished,
             )
         candidates = await self._list_all(where, limit or None)
         if type == "prioritized":
@@ -736,6 +843,7 @@ class Queue:
         await jobs.purge(
             JobFilter(ids=ids, queue=self.qualifiedName, sub_state=_SUB_STATES[type]),
             removed_events=False,
+            take_dependents=True,  # a parent of this queue whose last pending children go
         )
         left = {r.id for r in await jobs.list_jobs(JobFilter(ids=ids), limit=len(ids))}
         removed = [job_id_of(r.id, r.job_key) for r in candidates if r.id not in left]
@@ -768,6 +876,7 @@ class Queue:
         await jobs.requeue_finished(
             self._filter(sub_state=_SUB_STATES[state], finished_before=before),
             reset_attempts=False,
+            clear_outcome=True,  # moveJobsToWait drops processedOn, finishedOn and the outcome
         )
 
     async def promoteJobs(self, opts: dict[str, Any] | None = None) -> None:
@@ -777,9 +886,11 @@ class Queue:
             await jobs.promote(row.id)
 
     async def setGlobalConcurrency(self, concurrency: int) -> None:
+        """At most ``concurrency`` active jobs of this queue across all workers."""
         await (await self.engine()).set_concurrency(self.qualifiedName, concurrency)
 
     async def getGlobalConcurrency(self) -> int | None:
+        """The queue's global concurrency cap, or None."""
         return (await (await self.engine()).queue_settings(self.qualifiedName)).concurrency
 
     async def removeGlobalConcurrency(self) -> int:
@@ -790,9 +901,12 @@ class Queue:
         return int(had)
 
     async def setGlobalRateLimit(self, max_jobs: int, duration: int) -> None:
+        """At most ``max_jobs`` jobs of this queue started per ``duration`` milliseconds, across all
+        workers."""
         await (await self.engine()).set_rate_limit(self.qualifiedName, max_jobs, duration / 1000)
 
     async def getGlobalRateLimit(self) -> dict[str, int] | None:
+        """The global rate limit as ``{"max": n, "duration": ms}``, or None."""
         settings = await (await self.engine()).queue_settings(self.qualifiedName)
         if settings.rate_limit is None or settings.rate_period is None:
             return None
@@ -810,11 +924,29 @@ class Queue:
         await (await self.engine()).limit_queue_for(self.qualifiedName, expire_time_ms / 1000)
 
     async def getRateLimitTtl(self, max_jobs: int | None = None) -> int:
-        """Milliseconds until a ``rateLimit`` ends; -2 when none is in force (Redis' PTTL)."""
+        """Milliseconds until the queue hands out jobs again, as BullMQ's limiter key says.
+        With a rate limit (``max_jobs``, else the queue's ``max``): the rest of a ``rateLimit``
+        or of a window that has admitted ``max`` jobs, else 0. Without one: the rest of a
+        ``rateLimit``, else -2 (Redis' PTTL of a missing key)."""
         settings = await (await self.engine()).queue_settings(self.qualifiedName)
-        until = settings.limited_until
-        left = 0 if until is None else int((until - datetime.now(UTC)).total_seconds() * 1000)
-        return left if left > 0 else -2
+        now = datetime.now(UTC)
+
+        def left(until: datetime | None) -> int:
+            return 0 if until is None else int((until - now).total_seconds() * 1000)
+
+        manual = left(settings.limited_until)
+        limit = max_jobs or settings.rate_limit
+        if not limit:
+            return manual if manual > 0 else -2
+        if manual > 0:
+            return manual
+        if (
+            settings.window_start is not None
+            and settings.rate_period is not None
+            and settings.window_count >= limit
+        ):
+            return max(left(settings.window_start + timedelta(seconds=settings.rate_period)), 0)
+        return 0
 
     async def removeRateLimitKey(self) -> int:
         """End a ``rateLimit`` now; 1 when one was in force, else 0."""
@@ -841,6 +973,7 @@ class Queue:
         ]
 
     async def getWorkersCount(self) -> int:
+        """How many workers of this queue heartbeat."""
         return len(await self.getWorkers())
 
     async def close(self) -> None:

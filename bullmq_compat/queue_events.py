@@ -17,8 +17,8 @@ from typing import Any
 import pgjobs
 from bullmq_compat.connection import EngineConnection
 from bullmq_compat.emitter import EventEmitter
-from bullmq_compat.job import job_id_of
-from bullmq_compat.mapping import engine_queue
+from bullmq_compat.job import error_message, job_id_of
+from bullmq_compat.mapping import engine_queue, to_bullmq_priority
 from bullmq_compat.types import QueueBaseOptions, QueueEventsOptions
 from pgjobs import JobEvent, JobFilter, SubState
 
@@ -50,6 +50,22 @@ def _waiting_or_delayed(event: JobEvent, job_id: str, prev: str) -> tuple[str, d
     return "waiting", {"jobId": job_id, "prev": prev}
 
 
+def _removed_from(event: JobEvent) -> str:
+    """The BullMQ state a removed job was in: a pending one's by its event data (waiting for
+    children, due later, by priority), as ``Job.getState`` would have read it."""
+    if event.prev != "pending":
+        return _PREV.get(event.prev or "", "waiting")
+    data = event.data or {}
+    if (data.get("pending_deps") or 0) > 0:
+        return "waiting-children"
+    if _due_later(event):
+        return "delayed"
+    priority = data.get("priority")
+    if priority is not None and to_bullmq_priority(int(priority)) != 0:
+        return "prioritized"
+    return "waiting"
+
+
 def translate(event: JobEvent) -> list[tuple[str, dict[str, Any]]]:
     """The BullMQ events (name, args) one engine event stands for."""
     if event.job_id is None:  # queue events: paused, resumed, and published ones
@@ -77,7 +93,7 @@ def translate(event: JobEvent) -> list[tuple[str, dict[str, Any]]]:
             ]
         case "failed" | "cancelled":
             error = data.get("error") or {}
-            reason = error.get("message") or event.event
+            reason = error_message(error, job_id) or event.event
             failed = ("failed", {"jobId": job_id, "failedReason": reason, "prev": "active"})
             attempts = data.get("attempts", 0)
             if event.event == "failed" and attempts >= data.get("max_attempts", attempts + 1):
@@ -102,8 +118,22 @@ def translate(event: JobEvent) -> list[tuple[str, dict[str, Any]]]:
         case "rescheduled":
             return [_waiting_or_delayed(event, job_id, "delayed")]
         case "removed":
-            return [("removed", {"jobId": job_id, "prev": _PREV.get(event.prev or "", "waiting")})]
+            return [("removed", {"jobId": job_id, "prev": _removed_from(event)})]
     return []
+
+
+_FROM_START_IDS = frozenset({"0", "0-0"})
+"""``lastEventId`` values that mean the start of the log: ``"0"`` and the Redis stream id
+``"0-0"`` (a port copies either from BullMQ code)."""
+
+
+def _start_of(opts: dict[str, Any]) -> str | None:
+    """The engine cursor ``lastEventId`` names: None for new events only (``"$"``, the
+    default), ``"0"`` for the start of the log, else an event id a listener received."""
+    last = opts.get("lastEventId")
+    if last in (None, "$"):
+        return None
+    return "0" if str(last) in _FROM_START_IDS else str(last)
 
 
 class QueueEvents(EventEmitter):
@@ -125,6 +155,8 @@ class QueueEvents(EventEmitter):
         self._task: asyncio.Future[None] | None = None
         self._closing = False
         self._drained_reported = False
+        self._delayed: set[str] = set()
+        """Jobs this listener saw become delayed and not yet move on (``_with_promotions``)."""
         self.running = False
         self.closed = False
         if self.opts["autorun"]:
@@ -133,20 +165,20 @@ class QueueEvents(EventEmitter):
     async def run(self) -> None:
         """Consume the log until ``close()``. The stream waits out a lost connection or a
         server restart (its reads are retried); any other read error is emitted on ``error``
-        and ends it."""
-        if self.running or self.closed:
+        and ends it. Raises ``Exception("QueueEvents is already running.")`` while another
+        ``run()`` consumes, as BullMQ does."""
+        if self.running:
+            raise Exception("QueueEvents is already running.")
+        if self.closed:
             return
         self.running = True
         try:
             jobs = await self.connection.open(pgjobs.Registry())
-            last = self.opts.get("lastEventId")
-            self._stream = jobs.events(
-                [self.qualifiedName], after=None if last in (None, "$") else str(last)
-            )
+            self._stream = jobs.events([self.qualifiedName], after=_start_of(self.opts))
             await self._stream.start()
             self._ready.set()
             async for event in self._stream:
-                for name, args in translate(event):
+                for name, args in self._with_promotions(translate(event)):
                     self.emit(name, args, event.cursor)
                     if "jobId" in args:
                         self.emit(f"{name}:{args['jobId']}", args, event.cursor)
@@ -160,6 +192,26 @@ class QueueEvents(EventEmitter):
         finally:
             self.running = False
             self._ready.set()
+
+    def _with_promotions(
+        self, events: list[tuple[str, dict[str, Any]]]
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """``events``, with BullMQ's ``waiting`` (prev ``delayed``) before the ``active`` of a
+        job this listener saw delayed. The engine has no promotion step (a due job is simply
+        claimable), and BullMQ promotes due jobs when a worker fetches: so the promotion is
+        reported in the order BullMQ writes it, just before the job's ``active``."""
+        out: list[tuple[str, dict[str, Any]]] = []
+        for name, args in events:
+            job_id = args.get("jobId")
+            if job_id is not None:
+                if name == "delayed":
+                    self._delayed.add(job_id)
+                elif job_id in self._delayed:
+                    self._delayed.discard(job_id)
+                    if name == "active":
+                        out.append(("waiting", {"jobId": job_id, "prev": "delayed"}))
+            out.append((name, args))
+        return out
 
     async def _report_drained(self, jobs: pgjobs.JobQueue, cursor: str) -> None:
         """``drained``: once wait, prioritized and active are all empty after a job ends."""
@@ -214,4 +266,5 @@ class QueueEventsProducer:
         await jobs.publish_event(self.qualifiedName, str(args["eventName"]), rest)
 
     async def close(self) -> None:
+        """Let the connection go (a pool shared with other objects stays open)."""
         await self.connection.close()

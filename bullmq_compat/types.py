@@ -1,6 +1,6 @@
 """The option dicts of BullMQ's Python API as TypedDicts (``bullmq.types``), so that mypy on a
 port catches a misspelt option. Every key is optional; milliseconds wherever BullMQ counts
-time. What the facade does with each is in PORTING.md."""
+time. What the facade does with each is in docs/porting.md."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ class QueueBaseOptions(TypedDict, total=False):
     schema: str
     """The pgjobs schema (default ``pgjobs``)."""
     durability: Literal["durable", "async"] | pgjobs.Durability
-    """How adds and outcomes commit (pgjobs; PORTING.md compares it with Redis' modes)."""
+    """How adds and outcomes commit (pgjobs; docs/porting.md compares it with Redis' modes)."""
     defaultJobOptions: JobOptions
     streams: dict[str, Any]
     telemetry: Any
@@ -100,6 +100,7 @@ class WorkerOptions(QueueBaseOptions, total=False):
     autorun: bool
     concurrency: int
     lockDuration: int
+    lockRenewTime: int
     stalledInterval: int
     maxStalledCount: int
     drainDelay: int

@@ -21,8 +21,15 @@ from bullmq_compat.custom_errors import (
     WaitingChildrenError,
 )
 from bullmq_compat.emitter import EventEmitter
-from bullmq_compat.job import Job, job_id_of
-from bullmq_compat.mapping import KIND, durability, engine_queue, events_max_len, json_data
+from bullmq_compat.job import Job, error_message, job_id_of
+from bullmq_compat.mapping import (
+    KIND,
+    durability,
+    engine_queue,
+    events_max_len,
+    json_data,
+    keep_rule,
+)
 from bullmq_compat.queue import Queue
 from bullmq_compat.types import QueueBaseOptions, WorkerOptions
 from pgjobs import Delayed, JobContext, WaitForPrerequisites
@@ -60,8 +67,12 @@ def _wants_signal(processor: Processor | None) -> bool:
 class Worker(EventEmitter):
     """``Worker(name, processor, opts)``. Options: ``connection``, ``prefix``, ``schema``,
     ``concurrency`` (1), ``autorun`` (True: starts at once, so build it inside a running event
-    loop), ``lockDuration`` (ms, the lease; 30000), ``stalledInterval`` (ms between checks for
-    jobs whose worker stopped; 30000), ``maxStalledCount`` (1: a job whose worker died runs
+    loop), ``lockDuration`` (ms, the lease; 30000), ``lockRenewTime`` (ms between renewals
+    of the locks of running jobs; default a third of lockDuration; at or past lockDuration a
+    job running longer than its lock loses it: its processor is cancelled and ``error`` says
+    ``Missing lock for job <id>. moveToFinished``), ``stalledInterval`` (ms
+    between checks for jobs whose worker stopped; 30000), ``maxStalledCount`` (1: a job whose
+    worker died runs
     again without using an attempt, and fails once it has stalled more times than this),
     ``limiter`` ``{max, duration}`` (a queue-wide rate limit, as BullMQ documents it),
     ``removeOnComplete`` / ``removeOnFail`` (for jobs added without them), ``settings``
@@ -69,14 +80,21 @@ class Worker(EventEmitter):
     ``Queue.getWorkers`` lists it; default host:pid), ``durability`` (``"durable"`` or
     ``"async"``: how its outcomes commit; default: the connection's). Events: ``active`` (job,
     prev), ``completed`` (job, result), ``failed`` (job, err) after every failed attempt,
-    ``stalled`` (jobId), ``error`` (err), ``paused``, ``resumed``, ``closed``.
+    ``stalled`` (jobId), ``locksRenewed`` ({count, jobIds}), ``error`` (err), ``paused``,
+    ``resumed``, ``closed``. A job that stalled more than ``maxStalledCount`` times is failed
+    by the next worker that takes it (``active``, then ``failed`` with
+    ``UnrecoverableError('job stalled more than allowable limit')``), unrun, as in BullMQ.
 
     A processor taking a third parameter receives the job's ``AbortSignal``; ``cancelJob``
     and an engine cancel of the job abort it.
 
     Start-up waits out a database that cannot be reached (or a connection lost meanwhile): each
     failed try is emitted on ``error`` and retried with backoff, until the worker runs or is
-    closed, as BullMQ's worker waits for Redis."""
+    closed, as BullMQ's worker waits for Redis. Once running, a database that goes silent is
+    emitted on ``error`` once per outage (a ``pgjobs.DatabaseTimeout`` or the connection's
+    error): the worker retries on new connections and takes jobs again as soon as it answers;
+    a job whose lock ran out meanwhile is left to the stalled-job check (see
+    ``pgjobs.Timeouts`` for the deadlines, and the connection's ``timeouts``)."""
 
     def __init__(
         self, name: str, processor: Processor | None = None, opts: WorkerOptions | None = None
@@ -99,6 +117,12 @@ class Worker(EventEmitter):
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise pgjobs.InvalidOption(option, f"must be milliseconds > 0, got {value!r}")
         self._durability = durability(self.opts)
+        self._retention: list[tuple[str, str, pgjobs.Keep]] = []
+        """The worker's own removeOnComplete / removeOnFail: (option, status, rule)."""
+        for option, status in (("removeOnComplete", "completed"), ("removeOnFail", "dead")):
+            rule = keep_rule(option, self.opts.get(option))
+            if rule is not None:
+                self._retention.append((option, status, rule))
         self._events_max_len = events_max_len(self.opts)
         self._untrimmed_outcomes = 0
         self._trimmed_at = -TRIM_EVENTS_INTERVAL  # monotonic seconds: the first may come at once
@@ -133,6 +157,9 @@ class Worker(EventEmitter):
     # -- running ---------------------------------------------------------------------------
 
     async def run(self) -> None:
+        """Take and process the queue's jobs until ``close``. Raises ``RuntimeError`` if the worker
+        already runs or has no processor; an error that stops it is emitted on ``error`` and
+        raised."""
         if self.running:
             raise RuntimeError("Worker is already running.")
         if self.processor is None:
@@ -149,6 +176,9 @@ class Worker(EventEmitter):
                 rescue_interval=self.opts["stalledInterval"] / 1000,
                 on_event=self._on_engine_event,
                 on_rescue=self._on_rescue,
+                on_error=lambda error: self.emit("error", error),
+                on_renewed=self._on_renewed,
+                heartbeat_interval=self._renew_interval(),
                 name=self.opts.get("name"),
                 durability=self._durability or jobs.durability,
             )
@@ -202,7 +232,20 @@ class Worker(EventEmitter):
                 job.opts[option] = self.opts[option]
         return job
 
+    async def _inherit_retention(self, ctx: JobContext) -> None:
+        """A job added without ``removeOnComplete`` / ``removeOnFail`` finishes under this
+        worker's, as BullMQ's worker applies its own to it: written onto the job, fenced by
+        its claim, before it can finish (one statement, only when the worker has either)."""
+        if not self._retention:
+            return
+        metadata = ctx.metadata if isinstance(ctx.metadata, dict) else {}
+        opts = metadata.get("opts") or {}
+        rules = {status: rule for option, status, rule in self._retention if option not in opts}
+        if rules:
+            await ctx.keep(completed=rules.get("completed"), dead=rules.get("dead"))
+
     async def _handle(self, ctx: JobContext, data: Any) -> Any:
+        await self._inherit_retention(ctx)
         job = self._job_for(ctx, data)
         self._jobs[ctx.lock_token] = job
         self.emit("active", job, "waiting")
@@ -226,7 +269,8 @@ class Worker(EventEmitter):
             # keeps every worker from taking it before the window ends.
             raise Delayed(0, "rate limited") from None
         except WaitingChildrenError:
-            raise WaitForPrerequisites() from None
+            # counted: BullMQ's attemptsStarted counts this run (deferrals + attempts + stalls)
+            raise WaitForPrerequisites(counted=True) from None
         except Exception as exc:
             job.record_failure(exc)
             raise job.engine_failure(exc) from exc
@@ -236,6 +280,22 @@ class Worker(EventEmitter):
 
     def _on_engine_event(self, event: str, ctx: JobContext, detail: dict[str, Any]) -> None:
         if event == "active":
+            if ctx.deferred_failure is not None:
+                # It stalled more than maxStalledCount: the engine fails it unrun, as BullMQ's
+                # worker fails a job with a deferred failure (active, then failed).
+                doomed = self._job_for(ctx, ctx.payload)
+                reason = error_message(ctx.deferred_failure) or "job stalled"
+                doomed.deferredFailure = reason
+                doomed.error = UnrecoverableError(reason)
+                self._jobs[ctx.lock_token] = doomed
+                self.emit("active", doomed, "waiting")
+            return
+        if event == "lost":
+            job = self._jobs.pop(ctx.lock_token, None)
+            if job is not None and not ctx.cancelled.is_set():
+                # Its lock ran out (lockRenewTime past lockDuration, a database out of reach)
+                # or another worker took it: BullMQ's moveToFinished finds no lock of its own.
+                self.emit("error", Exception(f"Missing lock for job {job.id}. moveToFinished"))
             return
         self._count_outcome()
         job = self._jobs.pop(ctx.lock_token, None)
@@ -248,7 +308,12 @@ class Worker(EventEmitter):
             self.emit("completed", job, job.returnvalue)
         elif event in ("failed", "retrying"):
             job.attemptsMade = ctx.attempts
-            error = job.error or Exception((detail.get("error") or {}).get("message", "failed"))
+            if event == "retrying" and detail.get("delay"):
+                job.delay = round(detail["delay"] * 1000)  # the backoff, as BullMQ records it
+            reason = error_message(detail.get("error") or {}, str(job.id)) or "failed"
+            if job.error is None:  # not raised by the processor: refused by the engine
+                job.failedReason = reason
+            error = job.error or Exception(reason)
             self.emit("failed", job, error)
 
     def _count_outcome(self) -> None:
@@ -274,6 +339,22 @@ class Worker(EventEmitter):
             await jobs.trim_events(self.qualifiedName, self._events_max_len)
         except Exception as exc:  # a database out of reach, a pool closed under it
             self.emit("error", exc)  # the next trim takes these rows too
+
+    def _renew_interval(self) -> float | None:
+        """Seconds between lock renewals: ``lockRenewTime`` (ms), else the engine's default (a
+        third of the lease). At or past ``lockDuration`` a job running longer than its lock
+        loses it, as in BullMQ (``error``: ``Missing lock for job <id>. moveToFinished``)."""
+        renew = self.opts.get("lockRenewTime")
+        if isinstance(renew, bool) or not isinstance(renew, int | float):
+            return None
+        return renew / 1000 if renew > 0 else None
+
+    def _on_renewed(self, contexts: list[JobContext]) -> None:
+        """``locksRenewed`` ``{count, jobIds}`` for the processed jobs a renewal kept, as
+        BullMQ's lock manager emits it (jobs claimed ahead and not started are left out)."""
+        renewed = [self._jobs[c.lock_token].id for c in contexts if c.lock_token in self._jobs]
+        if renewed:
+            self.emit("locksRenewed", {"count": len(renewed), "jobIds": renewed})
 
     def _on_rescue(self, rows: list[Any]) -> None:
         """A stalled-job check of this worker put jobs back (or failed them): ``stalled``."""
@@ -321,6 +402,7 @@ class Worker(EventEmitter):
                 return None
             await asyncio.sleep(0.05)
         ctx = taken[0]
+        await self._inherit_retention(ctx)
         job = self._job_for(ctx, ctx.payload)
         job.token = token
         job.manual = True
@@ -404,15 +486,19 @@ class Worker(EventEmitter):
         self.emit("paused")
 
     def resume(self) -> None:
+        """Take jobs again after ``pause``; emits ``resumed``."""
         if self._engine_worker is not None:
             self._engine_worker.resume()
         self.emit("resumed")
 
     def isPaused(self) -> bool:
+        """Whether the worker is paused."""
         return self._engine_worker is not None and self._engine_worker.paused
 
     def isRunning(self) -> bool:
+        """Whether ``run`` is under way."""
         return self.running
 
     async def waitUntilReady(self) -> None:
+        """Wait until the worker has started taking jobs (or ended before it could)."""
         await self._started.wait()

@@ -24,14 +24,14 @@ class Ledger:
     def __init__(self, jobs: JobQueue) -> None:
         self.jobs = jobs
 
-    async def done(self, conn: Any, refs: Sequence[JobRef]) -> set[JobRef]:
-        """Those of ``refs`` already migrated (read in ``conn``'s transaction)."""
+    async def records(self, conn: Any, refs: Sequence[JobRef]) -> dict[JobRef, ImportRecord]:
+        """The records of those of ``refs`` already migrated (read in ``conn``'s transaction)."""
         keys = {
             (source(prefix, queue), job_id): (prefix, queue, job_id)
             for prefix, queue, job_id in refs
         }
         found = await self.jobs.imported(list(keys), connection=conn)
-        return {keys[key] for key in found}
+        return {keys[key]: record for key, record in found.items()}
 
     async def record(self, conn: Any, rows: Sequence[tuple[str, str, str, int, str, str]]) -> None:
         """Rows of (prefix, queue, job id, engine id, state, checksum), in the jobs' transaction."""

@@ -22,14 +22,16 @@ import asyncpg
 from bullmq_compat import bullmq_state, engine_queue, facade_registry
 from migration_tools import reader
 from migration_tools.layout import LegacyLayout, state_of
-from migration_tools.ledger import Ledger, source
+from migration_tools.ledger import JobRef, Ledger, source
 from migration_tools.progress import Progress
 from migration_tools.reader import FINISHED, UNFINISHED, QueueRef
-from migration_tools.transform import Key, Plan, Skip, Transformer, Unit
-from pgjobs import InvalidOption, JobQueue, SchemaMissing, validate_schema
+from migration_tools.transform import Key, LedgerEntry, Plan, Skip, Transformer, Unit
+from pgjobs import ImportRecord, InvalidOption, JobQueue, SchemaMissing, validate_schema
 
 
 class ExitCode(IntEnum):
+    """The exit status of a migration (``Report.exit_code``, the CLI's status)."""
+
     OK = 0
     INCOMPLETE = 1  # something was not migrated, or verification found a difference
     REFUSED = 2  # nothing written: bad arguments, live clients, a legacy layout, no schema
@@ -41,6 +43,9 @@ REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 @dataclass
 class MigrationOptions:
+    """What ``migrate`` moves and how, as the CLI's options. Bad options raise
+    ``InvalidOption`` naming the option, before anything connects."""
+
     redis_url: str
     postgres_dsn: str | None = None
     schema: str = "pgjobs"
@@ -93,6 +98,10 @@ class MigrationOptions:
 
 @dataclass
 class Report:
+    """What a migration did: the plan, what it wrote and verified, what it refused or skipped
+    and why. ``exit_code`` says how it ended, ``render()`` prints it for people, ``as_dict()``
+    for scripts."""
+
     queues: list[str] = field(default_factory=list)
     plan: Plan | None = None
     written: int = 0
@@ -103,6 +112,16 @@ class Report:
     refused: str | None = None
     deleted: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    collisions: list[str] = field(default_factory=list)
+    """Redis jobs not written because PostgreSQL already had a job under their jobId or
+    deduplication id (BullMQ's rule: the existing job stays), with both jobs' states."""
+    rekeyed: list[str] = field(default_factory=list)
+    """Jobs added on PostgreSQL before the move under an automatic id that a moved Redis job
+    also had: the moved job keeps the id, the PostgreSQL job gets a new one, named here."""
+    progressed: dict[str, int] = field(default_factory=dict)
+    """Jobs moved by an earlier run whose state has moved on since (by their state now)."""
+    earlier: dict[str, int] = field(default_factory=dict)
+    """With nothing left in Redis: the jobs earlier runs moved, by queue."""
 
     @property
     def exit_code(self) -> ExitCode:
@@ -146,12 +165,26 @@ class Report:
             "changed": self.changed,
             "deleted": self.deleted,
             "notes": self.notes,
+            "collisions": self.collisions,
+            "rekeyed": self.rekeyed,
+            "progressed_since_moved": self.progressed,
+            "moved_earlier": self.earlier,
         }
 
     def render(self) -> str:
+        """The report as text for people: the queues and the plan by state, what was written,
+        verified, skipped, refused or changed, and the exit status."""
         lines: list[str] = []
         if self.refused:
             return f"REFUSED: {self.refused}"
+        if self.earlier and not self.queues:
+            lines.append("nothing left to move: Redis holds no BullMQ queue of these")
+            lines.extend(
+                f"  {queue}: {n} job(s) moved by earlier runs"
+                for queue, n in sorted(self.earlier.items())
+            )
+            lines.append(f"exit status: {int(self.exit_code)} ({self.exit_code.name})")
+            return "\n".join(lines)
         lines.append(f"queues: {', '.join(self.queues) or '(none)'}")
         lines.extend(f"  note: {n}" for n in self.notes)
         plan = self.plan
@@ -170,6 +203,11 @@ class Report:
             for warning in plan.warnings:
                 lines.append(f"  warning: {warning}")
         lines.append(f"written: {self.written}; already migrated: {self.already_done}")
+        lines.extend(f"  kept PostgreSQL's job: {c}" for c in self.collisions)
+        lines.extend(f"  new id on PostgreSQL: {r}" for r in self.rekeyed)
+        if self.progressed:
+            parts = ", ".join(f"{state} {n}" for state, n in sorted(self.progressed.items()))
+            lines.append(f"  moved earlier and progressed since: {parts}")
         if self.verified is not None:
             lines.append("verification: " + ("passed" if self.verified else "FAILED"))
         lines.extend(f"  problem: {p}" for p in self.problems)
@@ -182,10 +220,16 @@ class Report:
 async def migrate(options: MigrationOptions) -> Report:
     """Run the migration; every outcome is in the Report (a refusal when nothing could be
     read or written, a problem when a run stopped part way), never an exception."""
-    import redis.asyncio as aioredis
-    from redis.exceptions import RedisError
-
     report = Report()
+    try:
+        import redis.asyncio as aioredis
+        from redis.exceptions import RedisError
+    except ImportError:
+        report.refused = (
+            "the migration needs the redis package: pip install 'pgjobs-engine[migration]';"
+            " nothing was read or written"
+        )
+        return report
     redis = aioredis.from_url(options.redis_url, decode_responses=False)
     jobs: JobQueue | None = None
     try:
@@ -234,7 +278,9 @@ async def _run(redis: Any, jobs: JobQueue, options: MigrationOptions, report: Re
     known = await reader.discover(redis, options.prefixes)
     refs = [r for r in known if not options.queues or r.name in options.queues]
     if not refs:
-        report.refused = "no BullMQ queue found (looked for <prefix>:<queue>:meta keys)"
+        report.earlier = await _moved_earlier(jobs, options)
+        if not report.earlier:
+            report.refused = "no BullMQ queue found (looked for <prefix>:<queue>:meta keys)"
         return
     writing = not (options.dry_run or options.verify_only)
     if writing and options.wait_active > 0:
@@ -267,6 +313,8 @@ async def _run(redis: Any, jobs: JobQueue, options: MigrationOptions, report: Re
 
 
 PROBLEMS_LISTED = 1000
+COLLIDED = "collided:"
+"""The ledger state prefix of a Redis job not written because PostgreSQL's job kept its id."""
 
 
 class _Stream:
@@ -303,6 +351,8 @@ class _Stream:
         self.pending: list[Unit] = []
         self.pending_jobs = 0
         self.verified = True
+        self.earlier: dict[JobRef, ImportRecord] = {}  # moved by an earlier run
+        self.collided: set[JobRef] = set()  # not written: PostgreSQL's job kept
         self.in_flight: asyncio.Future[None] | None = None
         self.progress = Progress(0, "migrating", options.progress)
 
@@ -312,6 +362,10 @@ class _Stream:
         pending = [f"repeat:{sid}:{int(ms)}" for sid, (ms, _) in context.schedulers.items()]
         found = await reader.fetch_jobs(self.redis, ref, pending, None) if pending else {}
         self.transformer.add_queue(context, found)
+        if self.writing:
+            # Before any job is written: an add on PostgreSQL from now on gets an id past every
+            # id Redis handed out, so no moved job's id is ever given to another job.
+            await self.jobs.reserve_ids(self.plan.max_numeric_id)
         self.queues.append(ref)
         self.report.queues.append(str(ref))
         self.progress.total += context.job_count
@@ -431,15 +485,21 @@ class _Stream:
                 await result
 
     async def _write(self, units: list[Unit]) -> None:
+        """Write the units not moved yet, with their ledger rows, in one transaction. A job
+        PostgreSQL already holds under the same jobId or deduplication id stays (BullMQ's
+        rule) and the Redis job is recorded as collided with it; a job added on PostgreSQL
+        whose automatic id a moved job had gets a new id (``assign_job_keys``)."""
         report = self.report
         async with self.jobs.transaction() as conn:
             keys = [(e.prefix, e.queue, e.job_id) for u in units for e in u.ledger]
-            done = await self.ledger.done(conn, keys)
-            todo = [
-                u for u in units if not all((e.prefix, e.queue, e.job_id) in done for e in u.ledger)
-            ]
+            earlier = await self.ledger.records(conn, keys)
+            self.earlier.update(earlier)
+            todo = [u for u in units if not all((e.prefix, e.queue, e.job_id) in earlier
+                                                for e in u.ledger)]  # fmt: skip
             report.already_done += len(units) - len(todo)
             rows: list[tuple[str, str, str, int, str, str]] = []
+            numeric: dict[str, list[int]] = {}
+            kept = 0  # Redis jobs whose id PostgreSQL already had
             # In BullMQ's processing order: runs of single jobs in one statement, each flow
             # tree in its own (it gets its own flow).
             for group in _runs(todo):
@@ -447,15 +507,33 @@ class _Stream:
                 results = await self.jobs.import_jobs(
                     [j for u in group for j in u.jobs], edges, connection=conn
                 )
-                _ledger_rows(group, results, rows)
+                for entry, result in _entry_results(group, results):
+                    state = entry.state
+                    if result.duplicate:
+                        kept += 1
+                        state = COLLIDED + entry.state
+                        self.collided.add((entry.prefix, entry.queue, entry.job_id))
+                    elif entry.job_id.isdigit() and len(entry.job_id) < 19:
+                        queue = engine_queue(entry.prefix, entry.queue)
+                        numeric.setdefault(queue, []).append(int(entry.job_id))
+                    rows.append((entry.prefix, entry.queue, entry.job_id, result.id, state,
+                                 entry.checksum))  # fmt: skip
+            for queue, ids in numeric.items():
+                given = await self.jobs.assign_job_keys(queue, ids, connection=conn)
+                report.rekeyed.extend(
+                    f"{queue} {old} is now {key} (a moved job has id {old})"
+                    for old, key in sorted(given.items())
+                )
             if rows:
                 await self.ledger.record(conn, rows)
-            report.written += sum(len(u.jobs) for u in todo)
+            report.written += sum(len(u.jobs) for u in todo) - kept
 
     async def _check(self, units: list[Unit]) -> None:
         """Every job of the batch, as the engine holds it now: in the ledger, under its BullMQ
-        id in its queue (what the facade's getJob looks up), in the expected BullMQ state, with
-        a payload PostgreSQL finds equal to BullMQ's data."""
+        id in its queue (what the facade's getJob looks up), in the expected BullMQ state or a
+        later one, with a payload PostgreSQL finds equal to BullMQ's data. A job moved by an
+        earlier run is verified by what was written: its later progress (another state,
+        removal by its retention) is counted, not a failure; a collided job by the id only."""
         entries = [e for u in units for e in u.ledger]
         checks = await self.jobs.check_imports(
             [
@@ -468,12 +546,35 @@ class _Stream:
             ]
         )
         for entry, check in zip(entries, checks, strict=True):
+            ref = (entry.prefix, entry.queue, entry.job_id)
             where = f"{entry.prefix}:{entry.queue} {entry.job_id}"
             if check.job_id is None:
                 self._problem(f"{where}: not in the ledger")
                 continue
             if entry.job_id.startswith("dn:"):
                 continue  # a proto-job: no BullMQ id to find it by
+            record = self.earlier.get(ref)
+            moved_before = record is not None
+            collided = ref in self.collided or (
+                record is not None and record.state.startswith(COLLIDED)
+            )
+            if check.sub_state is None and self.writing:
+                # the ledger row committed with the job: it was removed since (its retention,
+                # the application)
+                self._progressed("removed")
+                continue
+            if collided:
+                if ref in self.collided:
+                    there = (
+                        "removed"
+                        if check.sub_state is None or check.priority is None
+                        else bullmq_state(check.sub_state, check.priority)
+                    )
+                    self.report.collisions.append(
+                        f"{where}: PostgreSQL already had a job with this id or deduplication "
+                        f"id (state there: {there}; in Redis: {entry.state})"
+                    )
+                continue
             if (
                 check.sub_state is None
                 or check.priority is None
@@ -483,17 +584,28 @@ class _Stream:
                 self._problem(f"{where}: not found through the facade")
                 continue
             state = bullmq_state(check.sub_state, check.priority)
+            if moved_before:
+                if state != entry.state:
+                    self._progressed(state)
+                if check.payload_matches is False:
+                    self._problem(f"{where}: data differs from what was moved")
+                continue
             allowed = {entry.state}
             if entry.state not in ("completed", "failed"):
-                # a job still to run may have run in the engine since (or fallen due, or been
-                # released by its children): later states are fine, earlier ones are not
-                allowed |= {"active", "completed", "failed"}
+                # a job still to run may have run in the engine since (or fallen due, been
+                # released by its children, or failed an attempt and wait for its retry):
+                # later states are fine
+                allowed |= {"active", "completed", "failed", "delayed"}
                 if entry.state in ("delayed", "waiting-children"):
                     allowed |= {"waiting", "prioritized"}
             if state not in allowed:
                 self._problem(f"{where}: state {state}, expected {entry.state}")
             if check.payload_matches is False:
                 self._problem(f"{where}: data differs from Redis")
+
+    def _progressed(self, state: str) -> None:
+        progressed = self.report.progressed
+        progressed[state] = progressed.get(state, 0) + 1
 
     def _problem(self, text: str) -> None:
         self.verified = False
@@ -543,25 +655,37 @@ def _runs(units: list[Unit]) -> list[list[Unit]]:
     return groups
 
 
-def _ledger_rows(
-    units: list[Unit], results: list[Any], rows: list[tuple[str, str, str, int, str, str]]
-) -> None:
-    """Ledger rows for the jobs of ``units`` (placeholders have no ledger entry)."""
-    by_handle: dict[str, int] = {}
+def _entry_results(units: list[Unit], results: list[Any]) -> list[tuple[LedgerEntry, Any]]:
+    """Each ledger entry of ``units`` with the import result of its job (placeholders have no
+    ledger entry)."""
+    by_handle: dict[str, Any] = {}
     flat = [j for u in units for j in u.jobs]
     for job, result in zip(flat, results, strict=True):
         if job.handle is not None:
-            by_handle[job.handle] = result.id
+            by_handle[job.handle] = result
+    pairs: list[tuple[LedgerEntry, Any]] = []
     position = 0
     for unit in units:
         for entry in unit.ledger:
-            engine_id = by_handle.get(entry.handle)
-            if engine_id is None:  # a proto-job (no handle): the unit's only job
-                engine_id = results[position].id
-            rows.append(
-                (entry.prefix, entry.queue, entry.job_id, engine_id, entry.state, entry.checksum)
-            )
+            result = by_handle.get(entry.handle)
+            if result is None:  # a proto-job (no handle): the unit's only job
+                result = results[position]
+            pairs.append((entry, result))
         position += len(unit.jobs)
+    return pairs
+
+
+async def _moved_earlier(jobs: JobQueue, options: MigrationOptions) -> dict[str, int]:
+    """Jobs moved by earlier runs from the selected prefixes and queues, by queue (the ledger's
+    records): what a rerun after a finished move reports."""
+    found: dict[str, int] = {}
+    for prefix in options.prefixes or [""]:
+        for name, records in (await jobs.import_sources(source(prefix, "") if prefix
+                                                         else "bullmq:")).items():  # fmt: skip
+            queue = name.removeprefix("bullmq:")
+            if not options.queues or queue.rsplit(":", 1)[-1] in options.queues:
+                found[queue] = records
+    return found
 
 
 async def _delete(options: MigrationOptions, refs: list[QueueRef], report: Report) -> None:

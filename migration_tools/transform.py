@@ -538,12 +538,11 @@ class Transformer:
                 )
                 continue
             repeat: dict[str, Any] = {}
-            for name in ("every", "pattern", "tz", "limit", "startDate", "endDate"):
+            numeric = ("every", "offset", "limit", "startDate", "endDate")
+            for name in ("every", "offset", "pattern", "tz", "limit", "startDate", "endDate"):
                 if fields.get(name) not in (None, ""):
                     value = fields[name]
-                    repeat[name] = (
-                        int(value) if name in ("every", "limit", "startDate", "endDate") else value
-                    )
+                    repeat[name] = int(value) if name in numeric else value
             if legacy and pending is not None:
                 name = pending.fields.get("name", "")
                 data = self._decode(pending)[0]
@@ -554,9 +553,15 @@ class Transformer:
                 opts = decode_opts(fields.get("opts"))
             template = {k: v for k, v in opts.items() if k not in _ADD_TIME_OPTS}
             arguments = scheduler_arguments(
-                ref.prefix, ref.name, scheduler_id, repeat, name, data, template
+                ref.prefix,
+                ref.name,
+                scheduler_id,
+                repeat,
+                name,
+                data,
+                template,
+                next_millis=int(next_ms),
             )
-            arguments["first_run_at"] = datetime.fromtimestamp(next_ms / 1000, UTC)
             arguments["emitted"] = int(fields.get("ic") or 0)
             self.plan.schedules.append(
                 ScheduleImport(arguments, None if pending is None else (ref, pending_id))

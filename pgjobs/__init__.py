@@ -14,6 +14,7 @@ from pgjobs.config import DEFAULT_SCHEMA, dsn_from_env, validate_schema
 from pgjobs.context import JobContext
 from pgjobs.enqueue import BatchOptions, EnqueueOptions, JobSpec
 from pgjobs.errors import (
+    DatabaseTimeout,
     DedupRaceError,
     DuplicateKind,
     FlowConflict,
@@ -26,8 +27,11 @@ from pgjobs.errors import (
     InvalidSchemaName,
     JobLost,
     MigrationFailed,
+    PendingPrerequisites,
     PgJobsError,
     PoolClosed,
+    PrerequisiteTaken,
+    ScheduleTickTaken,
     SchemaMissing,
     UnknownKind,
 )
@@ -67,25 +71,30 @@ from pgjobs.models import (
     SubState,
     WorkerInfo,
 )
-from pgjobs.ops import RunningPolicy
+from pgjobs.network import Timeouts
+from pgjobs.ops import PriorityPlace, RunningPolicy
 from pgjobs.outcomes import Delayed, Fatal, Retry, WaitForPrerequisites
 from pgjobs.process import CONNECTION_ERRORS, CommandError, configure_logging, load_object
 from pgjobs.process import serve as serve_with_signals
 from pgjobs.queues import QueueSettings
 from pgjobs.retrying import retry_delay
-from pgjobs.schedules import Schedule, Scheduler
+from pgjobs.schedules import SCHEDULE_RUN_KEY, Schedule, Scheduler
 from pgjobs.telemetry import Telemetry
 from pgjobs.tracking import Granularity, JobOrder
+from pgjobs.validation import MAX_QUEUE_BYTES
 from pgjobs.validation import text as validate_text
 from pgjobs.worker import Worker, WorkerOptions, WorkerStats
 
 __all__ = [
     "CONNECTION_ERRORS",
     "DEFAULT_SCHEMA",
+    "MAX_QUEUE_BYTES",
+    "SCHEDULE_RUN_KEY",
     "TRANSIENT_ERRORS",
     "Backoff",
     "BatchOptions",
     "CommandError",
+    "DatabaseTimeout",
     "DedupRaceError",
     "Delayed",
     "DuplicateKind",
@@ -132,8 +141,11 @@ __all__ = [
     "MetricsBucket",
     "MigrationFailed",
     "NotJson",
+    "PendingPrerequisites",
     "PgJobsError",
     "PoolClosed",
+    "PrerequisiteTaken",
+    "PriorityPlace",
     "PurgeResult",
     "QueueSettings",
     "QueueStats",
@@ -141,12 +153,14 @@ __all__ = [
     "Retry",
     "RunningPolicy",
     "Schedule",
+    "ScheduleTickTaken",
     "Scheduler",
     "SchemaMissing",
     "Status",
     "SubState",
     "SubmittedFlow",
     "Telemetry",
+    "Timeouts",
     "UnknownKind",
     "WaitForPrerequisites",
     "Worker",

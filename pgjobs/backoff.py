@@ -50,15 +50,22 @@ class Backoff:
 
     @classmethod
     def fixed(cls, delay: float, jitter: float = 0.0) -> Backoff:
+        """The same ``delay`` (seconds) before every retry, shortened by up to ``jitter`` (0 to 1)
+        of it at random. Bad values raise ``InvalidOption``."""
         return cls("fixed", delay, None, jitter)
 
     @classmethod
     def exponential(
         cls, delay: float, max_delay: float | None = 3600.0, jitter: float = 0.0
     ) -> Backoff:
+        """``delay`` seconds before the first retry, doubled for each attempt after it, capped at
+        ``max_delay`` (None: no cap), shortened by up to ``jitter`` (0 to 1) of it at random. Bad
+        values raise ``InvalidOption``."""
         return cls("exponential", delay, max_delay, jitter)
 
     def seconds(self, attempt: int) -> float:
+        """How long to wait before retrying after failed attempt number ``attempt`` (1 for the
+        first)."""
         if self.type == "fixed":
             base = self.delay
         else:

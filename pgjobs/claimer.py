@@ -31,7 +31,7 @@ import asyncpg
 
 from pgjobs.executor import TRANSIENT_ERRORS, Database
 from pgjobs.models import ClaimedRow
-from pgjobs.retrying import retry_delay
+from pgjobs.retrying import Outage, retry_delay
 
 logger = logging.getLogger("pgjobs.worker")
 
@@ -52,6 +52,10 @@ def handed_row(payload: str) -> dict[str, Any]:
     row["run_at"] = datetime.fromisoformat(row["run_at"])
     row["created_at"] = datetime.fromisoformat(row["created_at"])
     row["lock_token"] = uuid.UUID(row["lock_token"])
+    # a job handed off as it is enqueued has never stalled
+    row.setdefault("stalls", 0)
+    row.setdefault("deferred_failure", None)
+    row.setdefault("last_error", None)
     return row
 
 
@@ -64,8 +68,9 @@ class Slots(Protocol):
     def free(self) -> int:
         """Slots without a running job."""
 
-    def take(self, rows: list[ClaimedRow]) -> None:
-        """Claimed rows, best first: start what fits, keep the rest for later."""
+    def take(self, rows: list[ClaimedRow], leased_at: float) -> None:
+        """Claimed rows, best first: start what fits, keep the rest for later. ``leased_at``:
+        when the claim was sent (monotonic seconds), from which their lease runs."""
 
     def fill(self) -> None:
         """Start kept jobs while slots are free."""
@@ -106,8 +111,10 @@ class Claimer:
         slots: int,
         poll_interval: float,
         worker_id: uuid.UUID | None = None,
+        outage: Outage | None = None,
     ) -> None:
         self._db = db
+        self.outage = outage or Outage(logger, "claimer")
         self.queues = queues
         self.kinds = kinds
         self.lease = lease
@@ -129,6 +136,7 @@ class Claimer:
         self.listening: Callable[[], bool] = lambda: False
         """True while the worker's LISTEN connection is up (hand-offs need it)."""
         self._registered = False
+        self._registered_at = 0.0  # when the registering statement was sent (monotonic)
         self._seen: list[uuid.UUID] = []  # tokens of hand-offs received since registering
         self._remembered: dict[uuid.UUID, float] = {}  # token -> when it was taken
 
@@ -177,6 +185,7 @@ class Claimer:
         ``free`` slots for hand-offs once a notification has reached it (they come that way);
         jobs written before the registration are counted in what it returns."""
         register = self.worker_id is not None and self.listening()
+        sent = time.monotonic()
         row = await self._db.fetchrow(
             "idle_state",
             self.queues,
@@ -190,6 +199,7 @@ class Claimer:
         assert row is not None
         if row["registered"]:
             self._registered = True
+            self._registered_at = sent
         return IdleState(row["until_due"], bool(row["capped"]), bool(row["busy"]))
 
     def handed(self, token: uuid.UUID) -> bool:
@@ -265,6 +275,11 @@ class Claimer:
             if free <= 0:  # every slot busy; a claim comes only once the buffer is empty
                 await self.wake.wait()
                 continue
+            # Their lease runs from the claim, or for hand-offs it collects, from the enqueue
+            # that leased them, which came after the registration.
+            sent = time.monotonic()
+            leased_at = self._registered_at if self._registered else sent
+            rows: list[ClaimedRow] = []  # kept if only the look that follows the claim fails
             try:
                 rows = await self.claim(free)
                 sleep = self.poll_interval
@@ -279,21 +294,20 @@ class Claimer:
                         # its cap is not: we wait to be woken.
                         sleep = min(sleep, max(idle.until_due, 0.0))
                 failures = 0
+                self.outage.answered()
             except TRANSIENT_ERRORS as exc:
                 if self._db.closed:
                     return  # the worker stops: its pool was closed under it
                 failures += 1
                 sleep = retry_delay(failures)
-                logger.warning("claim failed (%s); retrying in %.1fs", exc, sleep)
-                rows = []
+                self.outage.failed("claim", exc, sent)
             except Exception:  # never let the worker die silently: log it and back off
                 failures += 1
                 sleep = retry_delay(failures)
                 logger.exception("claim failed unexpectedly; retrying in %.1fs", sleep)
-                rows = []
             if polled:
                 self._check_listen(rows)
-            slots.take(rows)
+            slots.take(rows, leased_at)
             polled = False
             if len(rows) >= free or slots.paused:
                 # paused meanwhile: the registration just made is withdrawn at the top

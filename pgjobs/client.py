@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import time
 import weakref
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
@@ -51,7 +52,8 @@ from pgjobs.models import (
     SubState,
     WorkerInfo,
 )
-from pgjobs.ops import Operations, RunningPolicy
+from pgjobs.network import Timeouts
+from pgjobs.ops import Operations, PriorityPlace, RunningPolicy
 from pgjobs.queues import QueueControl, QueueSettings
 from pgjobs.schedules import Schedule, Scheduler, Schedules
 from pgjobs.telemetry import Telemetry
@@ -104,6 +106,7 @@ class JobQueue:
         durability: Durability | str = Durability.DURABLE,
         listen_dsn: str | None = None,
         telemetry: Telemetry | None = None,
+        timeouts: Timeouts | dict[str, Any] | None = None,
         **connect_options: Any,
     ) -> JobQueue:
         """Open a pool on ``dsn`` (default: ``PGJOBS_DSN``, then ``DATABASE_URL``, then local),
@@ -113,10 +116,17 @@ class JobQueue:
         connection, when ``dsn`` goes through a transaction-mode pooler that cannot keep one
         (PostgreSQL directly, or a session-mode pool); without it they listen on the pool and,
         behind such a pooler, fall back to polling with a logged warning. ``telemetry``: a
-        ``pgjobs.telemetry.Telemetry`` for OpenTelemetry spans and metrics."""
+        ``pgjobs.telemetry.Telemetry`` for OpenTelemetry spans and metrics.
+
+        ``timeouts``: how long to wait on a silent network (``pgjobs.Timeouts``, or a dict of
+        its fields): statement deadlines, the connect timeout, TCP keepalives. A ``dsn`` with
+        several hosts and ``target_session_attrs=read-write`` follows a failover to the new
+        primary; libpq's ``keepalives_*``, ``tcp_user_timeout`` and ``connect_timeout`` in it
+        are honoured. A ``pool`` passed in keeps its own connections' settings (make it with
+        ``pgjobs.create_pool`` for keepalives); the deadlines apply to it all the same."""
         level = validation.durability(durability)
         if pool is not None:
-            db = Database(pool, schema, owns_pool=False, listen_dsn=listen_dsn)
+            db = Database(pool, schema, owns_pool=False, listen_dsn=listen_dsn, timeouts=timeouts)
             return cls(db, registry, durability=level, telemetry=telemetry)
         resolved = dsn or dsn_from_env()
         assert resolved is not None
@@ -126,6 +136,7 @@ class JobQueue:
             min_size=min_size,
             max_size=max_size,
             listen_dsn=listen_dsn,
+            timeouts=timeouts,
             **connect_options,
         )
         return cls(db, registry, durability=level, telemetry=telemetry)
@@ -153,6 +164,11 @@ class JobQueue:
     @property
     def schema(self) -> str:
         return self.db.schema
+
+    @property
+    def timeouts(self) -> Timeouts:
+        """How long this queue waits on a silent network (``JobQueue.connect(timeouts=...)``)."""
+        return self.db.timeouts
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -368,11 +384,12 @@ class JobQueue:
         if isinstance(lease, bool) or not isinstance(lease, int | float) or not lease > 0:
             raise InvalidOption("lease", f"must be > 0 seconds, got {lease!r}")
         names = [validation.queue(q) for q in queues]
+        sent = time.monotonic()
         rows = await self.db.fetch("claim", names, wanted, limit, float(lease), 0)
         ordered = sorted(rows, key=lambda r: (-r["priority"], r["run_at"], r["id"]))
         await self._schedules.started(ordered)
         commit = self._commit(durability)
-        return [JobContext(self.db, row, float(lease), commit) for row in ordered]
+        return [JobContext(self.db, row, float(lease), commit, sent) for row in ordered]
 
     def worker(self, **options: Unpack[WorkerOptions]) -> Worker:
         """A Worker for this queue's registry; see Worker for the options (``durability``
@@ -394,11 +411,13 @@ class JobQueue:
         tenant: str | None = None,
         connection: Connection | None = None,
         durability: Durability | str | None = None,
+        reuse: bool = False,
     ) -> SubmittedFlow:
         """Write a flow's nodes, edges and flow row in one transaction; see Flows.submit.
         ``durability`` as for ``enqueue``: an async flow is lost whole or kept whole. With
-        telemetry, the submission is one producer span, and every node's attempts are its
-        children."""
+        ``reuse``, a node without prerequisites whose job key or dedup key is taken is the
+        existing job (see Flows.submit). With telemetry, the submission is one producer span,
+        and every node's attempts are its children."""
         telemetry = self.telemetry
         span: AbstractContextManager[dict[str, str] | None] = contextlib.nullcontext()
         if telemetry is not None:
@@ -411,6 +430,7 @@ class JobQueue:
                 tenant=tenant,
                 connection=connection,
                 commit=self._commit(durability),
+                reuse=reuse,
                 carry=None
                 if carrier is None
                 else functools.partial(Telemetry.carry, carrier=carrier),
@@ -438,11 +458,14 @@ class JobQueue:
         tenant: str | None = None,
         any_tenant: bool = False,
         connection: Connection | None = None,
+        sole_dependent: bool = False,
         **options: Any,
     ) -> EnqueueResult:
         """Enqueue a job that the pending or running job ``dependent_id`` must wait for (a child
         added while its parent runs); see Flows.add_prerequisite. The running parent then raises
-        ``WaitForPrerequisites`` to wait for it."""
+        ``WaitForPrerequisites`` to wait for it. With ``sole_dependent``, an existing job its
+        job key names that another existing job already waits for is refused
+        (PrerequisiteTaken), nothing written."""
         return await self._flows.add_prerequisite(
             dependent_id,
             JobSpec(kind, input, **options),
@@ -450,6 +473,7 @@ class JobQueue:
             tenant=tenant,
             any_tenant=any_tenant,
             connection=connection,
+            sole_dependent=sole_dependent,
         )
 
     async def add_dependency(
@@ -497,10 +521,31 @@ class JobQueue:
             )
         )
 
+    async def remove_tree(
+        self,
+        job_id: int,
+        *,
+        tenant: str | None = None,
+        any_tenant: bool = False,
+        connection: Connection | None = None,
+    ) -> int | None:
+        """Delete ``job_id`` and every job it waits for, transitively (its prerequisites,
+        theirs, ...), in one transaction: the jobs of the tree are locked, and the tree read
+        again until no prerequisite joined it meanwhile. Dependents outside the tree are
+        resolved as by ``purge`` (released, or failed through a cascade edge); each deleted job
+        that records events gets a 'removed' event. Nothing is deleted, and None is returned,
+        when a job of the tree is running with its lease live (a worker holds it); else the
+        number of jobs deleted (0 when ``job_id`` does not exist or belongs to a tenant other
+        than ``tenant``, unless ``any_tenant``)."""
+        return await self._flows.remove_tree(
+            job_id, tenant=tenant, any_tenant=any_tenant, connection=connection
+        )
+
     async def dependents_of(
         self, job_id: int, *, tenant: str | None = None, any_tenant: bool = False
     ) -> list[dict[str, Any]]:
-        """The jobs that wait for ``job_id``: id, and the policy and state of each edge."""
+        """The jobs that wait for ``job_id``: id, the policy and state of each edge, and the
+        dependent's ``queue`` and ``job_key`` (both None when the dependent is gone)."""
         rows = await self.db.fetch("dependents_of", job_id, tenant, any_tenant)
         return [dict(row) for row in rows]
 
@@ -553,16 +598,23 @@ class JobQueue:
         tenant: str | None = None,
         any_tenant: bool = False,
         reset_attempts: bool = True,
+        clear_outcome: bool = False,
     ) -> bool:
         """Re-drive a finished job, due now: a new life cycle (fresh attempts, deferrals and
         stall count), or with ``reset_attempts=False`` the same one going on (its next run
-        counts as its next attempt, as BullMQ's ``job.retry()`` does)."""
+        counts as its next attempt, as BullMQ's ``job.retry()`` does). The finished run's
+        ``started_at``, ``output`` and ``last_error`` stay readable until the next run
+        replaces them, unless ``clear_outcome``: then they go (``last_error`` too except on a
+        completed job, whose last_error is that of its last failed attempt), as BullMQ's
+        ``job.retry()`` clears processedOn, returnvalue and failedReason."""
         where = JobFilter(ids=(job_id,), tenant=tenant)
         if tenant is None and not any_tenant:
             rows = await self.db.fetchrow("get_job", job_id, None, False)
             if rows is None:
                 return False
-        return bool(await self._ops.requeue(where, reset=reset_attempts))
+        return bool(
+            await self._ops.requeue(where, reset=reset_attempts, clear_outcome=clear_outcome)
+        )
 
     async def requeue_dead(self, where: JobFilter | None = None) -> list[int]:
         """Re-drive every dead job matching ``where``; returns their ids."""
@@ -575,11 +627,14 @@ class JobQueue:
         *,
         connection: Connection | None = None,
         reset_attempts: bool = True,
+        clear_outcome: bool = False,
     ) -> list[int]:
         """Re-drive every finished job (completed, dead or cancelled) matching ``where``, as
         ``requeue`` does, in one transaction (the caller's, with ``connection``); returns their
         ids."""
-        return await self._ops.requeue(where, connection, reset=reset_attempts)
+        return await self._ops.requeue(
+            where, connection, reset=reset_attempts, clear_outcome=clear_outcome
+        )
 
     async def reschedule(
         self,
@@ -609,10 +664,21 @@ class JobQueue:
         return await self._ops.update_payload(job_id, data, tenant=tenant, any_tenant=any_tenant)
 
     async def change_priority(
-        self, job_id: int, priority: int, *, tenant: str | None = None, any_tenant: bool = False
+        self,
+        job_id: int,
+        priority: int,
+        *,
+        place: PriorityPlace = "keep",
+        tenant: str | None = None,
+        any_tenant: bool = False,
     ) -> bool:
+        """Set a job's priority, whatever its status; False if there is no such job. A job
+        waiting its turn (pending, due, no open prerequisites) goes, among the jobs of its new
+        priority, where its due time puts it (``place="keep"``), before them all (``"first"``)
+        or after them all (``"last"``, as if enqueued now); a delayed or waiting one keeps its
+        due time."""
         return await self._ops.change_priority(
-            job_id, priority, tenant=tenant, any_tenant=any_tenant
+            job_id, priority, place=place, tenant=tenant, any_tenant=any_tenant
         )
 
     async def append_log(
@@ -646,6 +712,9 @@ class JobQueue:
         tenant: str | None = None,
         any_tenant: bool = False,
     ) -> LogPage:
+        """A page of a job's log lines (``append_log``), oldest first: at most ``limit`` (1 to
+        10,000) from ``offset``, with how many there are in all; an empty page if there is no such
+        job. Bad bounds raise ``InvalidOption``."""
         return await self._ops.read_logs(
             job_id, offset=offset, limit=limit, tenant=tenant, any_tenant=any_tenant
         )
@@ -657,18 +726,29 @@ class JobQueue:
         running: RunningPolicy = "skip",
         connection: Connection | None = None,
         removed_events: bool = True,
+        take_dependents: bool = False,
     ) -> PurgeResult:
         """Delete every job matching ``where`` (all fields AND-ed; an empty filter purges all),
         in one transaction. Dependents are resolved first (a removed prerequisite releases
         block/ignore/continue edges and fails cascade ones). Running jobs are skipped (and
         counted) or, with ``running="cancel"``, deleted too: their workers' fenced writes
-        become no-ops. Obliterating a queue is ``purge(JobFilter(queue=...))``. With
-        ``connection``, it happens in the caller's transaction. Each deleted job that records
-        events gets a 'removed' event, unless ``removed_events`` is False (housekeeping, as a
-        finished job's retention rule and the GC are: they write none)."""
-        if not isinstance(removed_events, bool):
-            raise InvalidOption("removed_events", f"must be True or False, got {removed_events!r}")
-        return await self._ops.purge(where or JobFilter(), running, connection, removed_events)
+        become no-ops; ``running="expired"`` deletes only those whose lease has run out (their
+        worker no longer holds them) and skips the rest. Obliterating a queue is
+        ``purge(JobFilter(queue=...))``. With ``connection``, it happens in the caller's
+        transaction. Each deleted job that records events gets a 'removed' event, unless
+        ``removed_events`` is False (housekeeping, as a finished job's retention rule and the
+        GC are: they write none). With
+        ``take_dependents``, a dependent still waiting for prerequisites, in the queue of one
+        this purge deletes, that the purge leaves with none pending (it waited for deleted jobs
+        only) is deleted too, and so on up its own dependents (BullMQ's removal of a parent
+        whose last child a clean, drain or obliterate removes); otherwise it is released."""
+        flags = {"removed_events": removed_events, "take_dependents": take_dependents}
+        for option, value in flags.items():
+            if not isinstance(value, bool):
+                raise InvalidOption(option, f"must be True or False, got {value!r}")
+        return await self._ops.purge(
+            where or JobFilter(), running, connection, removed_events, take_dependents
+        )
 
     # -- queue settings --------------------------------------------------------------------
 
@@ -677,6 +757,7 @@ class JobQueue:
         await self._queues.pause(queue)
 
     async def resume(self, queue: str) -> None:
+        """Hand out the jobs of ``queue`` again after ``pause``."""
         await self._queues.resume(queue)
 
     async def set_rate_limit(
@@ -697,8 +778,10 @@ class JobQueue:
         """The stall budget of ``queue``. A job stalls when its worker stops heartbeating and its
         lease ends (the worker was killed, lost its connection, froze). With ``None`` (the
         default) a stall uses the attempt it was on: the job runs again, or dies on its last
-        attempt. With ``limit`` n, the attempt is given back and the stall counted; the job
-        dies once it has stalled more than n times (BullMQ's ``maxStalledCount``)."""
+        attempt. With ``limit`` n, the attempt is given back and the stall counted; once it has
+        stalled more than n times (BullMQ's ``maxStalledCount``) its failure is deferred: the
+        next claim of it (``ctx.deferred_failure``) records it as dead without running the
+        handler, using that claim's attempt. A schedule's run is never failed for stalling."""
         await self._queues.set_max_stalls(queue, limit)
 
     async def clear_queue_limit(self, queue: str) -> None:
@@ -710,6 +793,8 @@ class JobQueue:
         await self._queues.limit_for(queue, seconds)
 
     async def queue_settings(self, queue: str) -> QueueSettings:
+        """The stored settings of ``queue``: paused flag, caps, rate limit and stall budget (the
+        defaults for a queue never set)."""
         return await self._queues.settings(queue)
 
     # -- imports ---------------------------------------------------------------------------
@@ -753,6 +838,22 @@ class JobQueue:
         """Every ledger record of ``source`` (what an import from there wrote)."""
         return await imports.imports_of(self.db, source)
 
+    async def assign_job_keys(
+        self, queue: str, ids: Sequence[int], *, connection: Connection | None = None
+    ) -> dict[int, str]:
+        """Give each job of ``queue`` among ``ids`` that has no job key the key of a newly
+        drawn job id, which no job will ever have as its id, in one statement; returns
+        {job id: new key}. An import that brings a numeric id as a job key uses it to keep
+        reachable a job that was known by that number as its id."""
+        rows = await self.db.fetch("assign_job_keys", queue, [int(i) for i in ids], conn=connection)
+        return {row["id"]: row["job_key"] for row in rows}
+
+    async def import_sources(self, prefix: str = "") -> dict[str, int]:
+        """The import ledger's sources whose name starts with ``prefix``, with how many
+        records each has."""
+        rows = await self.db.fetch("import_sources", prefix)
+        return {row["source"]: row["records"] for row in rows}
+
     async def reserve_ids(self, above: int) -> None:
         """Every job id handed out from now on is greater than ``above`` (so imported numeric
         ids used as job keys never meet a new automatic id)."""
@@ -791,7 +892,13 @@ class JobQueue:
         >>> async with jobs.events(["mail"]) as stream:
         ...     async for event in stream: ...
         """
-        return EventStream(self.db, queues, after=after, tenant=tenant, any_tenant=any_tenant)
+        return EventStream(
+            self.db.with_deadline(self.db.timeouts.loop),
+            queues,
+            after=after,
+            tenant=tenant,
+            any_tenant=any_tenant,
+        )
 
     async def publish_event(
         self,
@@ -819,13 +926,22 @@ class JobQueue:
         return await self._schedules.upsert(name, kind, input, **options)
 
     async def list_schedules(self) -> list[Schedule]:
+        """Every schedule, with its next and last run and how many jobs it has emitted."""
         return await self._schedules.list()
 
     async def get_schedule(self, name: str) -> Schedule | None:
+        """The schedule named ``name``, or None."""
         return await self._schedules.get(name)
 
-    async def remove_schedule(self, name: str) -> bool:
-        return await self._schedules.remove(name)
+    async def remove_schedule(self, name: str, *, connection: Connection | None = None) -> bool:
+        """Remove schedule ``name`` and its pending run unless it has started (in
+        ``connection``'s transaction, if given); False if there was none."""
+        return await self._schedules.remove(name, connection)
+
+    async def advance_schedule(self, name: str, job_id: int) -> None:
+        """Run ``job_id`` of materialized schedule ``name`` is taken: make the next run now (a
+        worker does it as it claims a run), if that job is still the pending run."""
+        await self._schedules.advance(name, job_id)
 
     async def pause_schedule(self, name: str, *, connection: Connection | None = None) -> bool:
         """Stop emitting runs of schedule ``name`` until ``resume_schedule`` (an upsert also
@@ -841,7 +957,10 @@ class JobQueue:
         return await self._schedules.emit_due(catch_up=catch_up)
 
     def scheduler(self, **options: Any) -> Scheduler:
-        return Scheduler(self._schedules, **options)
+        """A loop that emits due schedule ticks (see Scheduler); its statements have the
+        background loops' deadline (``Timeouts.loop``)."""
+        loop_db = self.db.with_deadline(self.db.timeouts.loop)
+        return Scheduler(Schedules(loop_db, self.registry), **options)
 
     def register_maintenance(self, **options: Any) -> None:
         """Register the built-in GC, metrics-sweep and vacuum kinds on this queue's registry."""
@@ -910,6 +1029,7 @@ class JobQueue:
         ]
 
     async def queue_stats(self) -> list[QueueStats]:
+        """One row per queue: its jobs' counts by sub-state, its paused flag and its limits."""
         return await self._tracking.queue_stats()
 
     async def queue_metrics(

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from pgjobs import jsonvalue
-from pgjobs.completer import write_outcomes
-from pgjobs.errors import InvalidOption, JobLost
+from pgjobs import jsonvalue, validation
+from pgjobs.completer import write_outcomes_refusing
+from pgjobs.errors import InvalidOption, JobLost, PendingPrerequisites
 from pgjobs.executor import Connection, Database
-from pgjobs.models import ClaimedRow
+from pgjobs.models import ClaimedRow, Keep
 from pgjobs.outcomes import Outcome, decide
 
 _UNSET: Any = object()
@@ -58,10 +59,13 @@ class JobContext:
         "completed",
         "created_at",
         "deferrals",
+        "deferred_failure",
         "flow_id",
         "id",
         "job_key",
         "kind",
+        "last_error",
+        "lease_until",
         "lock_token",
         "lost",
         "max_attempts",
@@ -72,6 +76,7 @@ class JobContext:
         "priority",
         "queue",
         "settled",
+        "stalls",
         "tenant",
     )
 
@@ -81,6 +86,7 @@ class JobContext:
         row: ClaimedRow,
         lease_seconds: float,
         commit: str | None = None,
+        leased_at: float | None = None,
     ) -> None:
         self._db = db
         self._lease_seconds = lease_seconds
@@ -96,14 +102,26 @@ class JobContext:
         self.deferrals: int = row["deferrals"]
         """Deferrals used so far (this run's, if it defers, not yet counted)."""
         self.max_deferrals: int = row["max_deferrals"]
+        self.stalls: int = row["stalls"]
+        """Times the job stalled (its worker stopped heartbeating) before this claim."""
+        self.deferred_failure: dict[str, Any] | None = jsonvalue.loads(row["deferred_failure"])
+        """The failure this claim records instead of running the handler (the error record of
+        a stall past its queue's stall budget); None for every other claim."""
+        self.last_error: dict[str, Any] | None = jsonvalue.loads(row["last_error"])
+        """The job's last error record as it was claimed, without its traceback: that of its
+        previous failed attempt (or of a stall, ``LeaseExpired``); None on a first run."""
         self.tenant: str | None = row["tenant"]
         self.metadata: Any = jsonvalue.loads(row["metadata"])
         self.flow_id: int | None = row["flow_id"]
         self.lock_token: Any = row["lock_token"]
         self.job_key: str | None = row["job_key"]
         self.created_at: Any = row["created_at"]
+        self.lease_until = (time.monotonic() if leased_at is None else leased_at) + lease_seconds
+        """When the lease ends on this process's monotonic clock, at the latest: when the
+        statement that last set it was sent (``leased_at``: the claim's), plus the lease."""
         self.lost = False
-        """True once a fenced write found the job taken over; the handler should stop."""
+        """True once a fenced write found the job taken over, or its lease ran out before the
+        worker could renew it: the handler should stop, and no write of this context lands."""
         self.completed = False
         """True once ``completing()`` committed: the job is completed, the worker writes nothing."""
         self.output: Any = None
@@ -148,12 +166,20 @@ class JobContext:
     async def _write_progress(self, encoded: str, conn: Connection | None) -> bool:
         if self.lost:
             return False
+        sent = time.monotonic()
         row = await self._db.fetchrow(
             "set_progress", self.id, self.lock_token, encoded, self._lease_seconds, conn=conn
         )
         if row is None:
             self.lost = True
+        else:
+            self._renewed(sent, self._lease_seconds)
         return row is not None
+
+    def _renewed(self, sent: float, seconds: float) -> None:
+        """A statement sent at ``sent`` set the lease to ``seconds`` from the database's now."""
+        if not self.lost:
+            self.lease_until = sent + seconds
 
     async def log(self, line: str) -> int:
         """Append a line to the job's log; the number of lines it holds now, or 0 (nothing
@@ -168,6 +194,23 @@ class JobContext:
         if lines is None:
             self.lost = True
         return int(lines or 0)
+
+    async def keep(self, *, completed: Keep | None = None, dead: Keep | None = None) -> bool:
+        """Set how long the job stays once this run finishes it: ``completed`` and ``dead``
+        (each a ``Keep``, as ``keep_completed``/``keep_dead`` at enqueue) replace the rule of
+        that status, the other's is kept. False, and nothing written, once the job is not
+        ours."""
+        rules = validation.retention(completed, dead)
+        if rules is None:
+            raise InvalidOption("keep", "give completed, dead or both")
+        if self.lost:
+            return False
+        row = await self._db.fetchrow(
+            "set_retention_fenced", self.id, self.lock_token, jsonvalue.dumps(rules)
+        )
+        if row is None:
+            self.lost = True
+        return row is not None
 
     async def open_prerequisites(self) -> int:
         """How many of this job's prerequisites are still open (or blocked by a failure); raises
@@ -187,7 +230,10 @@ class JobContext:
             )
         if self.lost:
             return False
-        written = self.id in await write_outcomes(self._db, [outcome], commit=self._commit)
+        done, refused = await write_outcomes_refusing(self._db, [outcome], commit=self._commit)
+        if self.id in refused:
+            raise PendingPrerequisites(self.id)
+        written = self.id in done
         if written:
             self.settled = outcome.status
         else:
@@ -195,7 +241,9 @@ class JobContext:
         return written
 
     async def complete(self, output: Any = None) -> bool:
-        """Complete the job with ``output`` (JSON); False (nothing written) if it was taken over."""
+        """Complete the job with ``output`` (JSON); False (nothing written) if it was taken over.
+        Raises PendingPrerequisites (nothing written, the job still ours and running) while
+        prerequisites attached to it are pending."""
         try:
             encoded = jsonvalue.dumps(output)
         except jsonvalue.NotJson as exc:
@@ -225,9 +273,12 @@ class JobContext:
         if self.lost:
             return False
         lease = self._lease_seconds if seconds is None else float(seconds)
+        sent = time.monotonic()
         rows = await self._db.fetch("heartbeat", [self.id], [self.lock_token], lease)
         if not rows:
             self.lost = True
+        else:
+            self._renewed(sent, lease)
         return bool(rows)
 
     async def prerequisites(self) -> list[dict[str, Any]]:
@@ -240,22 +291,14 @@ class JobContext:
         self, still_ours: Callable[[Connection], Awaitable[bool]]
     ) -> AsyncIterator[Connection]:
         """A transaction on a pool connection that commits only if ``still_ours(conn)``, run
-        after the caller's writes, finds the job still owned by this claim; otherwise it rolls
-        back, marks the job lost and raises JobLost."""
-        async with self._db.pool.acquire() as conn:
-            tx = conn.transaction()
-            await tx.start()
-            try:
-                yield conn
-                owned = await still_ours(conn)
-            except BaseException:
-                await tx.rollback()
-                raise
-            if not owned:
-                await tx.rollback()
+        after the caller's writes, finds the job still owned by this claim (and its lease has
+        not run out meanwhile); otherwise it rolls back, marks the job lost and raises
+        JobLost."""
+        async with self._db.transaction() as conn:
+            yield conn
+            if self.lost or not await still_ours(conn):
                 self.lost = True
                 raise JobLost(self.id)
-            await tx.commit()
 
     @asynccontextmanager
     async def transaction(self, progress: Any = _UNSET) -> AsyncIterator[Connection]:
@@ -296,8 +339,10 @@ class JobContext:
         The handler's writes on the yielded connection and the job's completion (with
         ``output``) commit together or not at all. If the job was taken over meanwhile
         (lease expired, cancelled, purged), everything is rolled back and JobLost is raised;
-        if the worker dies before the commit, nothing was written and the job runs again. The
-        handler's return value is then ignored: the job is already completed.
+        if it has prerequisites still pending (attached while it ran), everything is rolled
+        back and PendingPrerequisites is raised. If the worker dies before the commit, nothing
+        was written and the job runs again. The handler's return value is then ignored: the
+        job is already completed.
 
         >>> async with ctx.completing(output={"charged": 12}) as conn:
         ...     await conn.execute("INSERT INTO charges ...")
@@ -312,7 +357,10 @@ class JobContext:
             raise InvalidOption("output", str(exc)) from None
 
         async def finish(conn: Connection) -> bool:
-            return self.id in await write_outcomes(self._db, [outcome], conn)
+            done, refused = await write_outcomes_refusing(self._db, [outcome], conn)
+            if self.id in refused:
+                raise PendingPrerequisites(self.id)  # rolls the transaction back
+            return self.id in done
 
         async with self._fenced(finish) as conn:
             yield conn

@@ -61,7 +61,13 @@ class JobSpec:
     dedup_extend: bool = False
     """With ``dedup_ttl``: a dropped duplicate restarts the hold."""
     dedup_replace: bool = False
-    """With ``dedup_ttl``: a duplicate replaces the holder while it is still delayed (debounce)."""
+    """With ``dedup_key``: a duplicate replaces the holder while it is still delayed (debounce:
+    the holder is removed, the new job takes the key; with ``dedup_ttl``, until the hold's
+    expiry unless ``dedup_extend``)."""
+    dedup_keep_last: bool = False
+    """With ``dedup_key`` (held in flight, no ``dedup_ttl``): a duplicate arriving while the
+    holder runs is kept, the latest only, and enqueued when the holder finishes (completed or
+    failed for good), in the transaction that writes that outcome; it then holds the key."""
 
 
 class BatchOptions(TypedDict, total=False):
@@ -94,6 +100,7 @@ class EnqueueOptions(BatchOptions, total=False):
     dedup_ttl: float | timedelta | None
     dedup_extend: bool
     dedup_replace: bool
+    dedup_keep_last: bool
 
 
 PER_JOB_OPTIONS = tuple(set(EnqueueOptions.__annotations__) - set(BatchOptions.__annotations__))
@@ -133,6 +140,15 @@ class PreparedJob:
     pending_deps: int = 0
     record_events: bool = False
     hold: DedupHold | None = None
+    replace: bool = False
+    """An in-flight dedup key's duplicate replaces a delayed holder (``dedup_replace``)."""
+    keep_last: bool = False
+    """An in-flight dedup key's duplicate is kept while the holder runs (``dedup_keep_last``)."""
+
+    @property
+    def one_by_one(self) -> bool:
+        """Whether the job's dedup key is decided by statements of its own (not a batch's)."""
+        return self.hold is not None or self.replace or self.keep_last
 
     def key_identity(self) -> tuple[str, str, str] | None:
         if self.job_key is None:
@@ -219,6 +235,8 @@ def prepare(spec: JobSpec, registry: Registry) -> PreparedJob:
         retention=common.retention,
         record_events=bool(spec.events),
         hold=hold,
+        replace=hold is None and dedup_key is not None and bool(spec.dedup_replace),
+        keep_last=bool(spec.dedup_keep_last),
     )
 
 
@@ -402,6 +420,7 @@ def _only_kind_and_input(spec: JobSpec) -> bool:
         and spec.dedup_ttl is None
         and not spec.dedup_extend
         and not spec.dedup_replace
+        and not spec.dedup_keep_last
     )
 
 
@@ -432,11 +451,17 @@ def _backoff_json(value: Backoff) -> str:
 
 
 def _dedup_hold(spec: JobSpec, dedup_key: str | None) -> DedupHold | None:
+    for flag in ("dedup_replace", "dedup_keep_last"):
+        if getattr(spec, flag) and dedup_key is None:
+            raise InvalidOption(flag, "needs a dedup_key")
     if spec.dedup_ttl is None:
-        for flag in ("dedup_extend", "dedup_replace"):
-            if getattr(spec, flag):
-                raise InvalidOption(flag, "needs dedup_ttl (a time-bound key)")
+        if spec.dedup_extend:
+            raise InvalidOption("dedup_extend", "needs dedup_ttl (a time-bound key)")
         return None
+    if spec.dedup_keep_last:
+        raise InvalidOption(
+            "dedup_keep_last", "holds the key until the holder finishes: give no dedup_ttl"
+        )
     if dedup_key is None:
         raise InvalidOption("dedup_ttl", "needs a dedup_key")
     ttl = validation.delay_seconds(spec.dedup_ttl, "dedup_ttl")
@@ -530,7 +555,7 @@ def _uniform(jobs: list[PreparedJob]) -> bool:
     belongs to a flow (enqueue_uniform's case)."""
     shared = _shared_args(jobs[0])
     for job in jobs:
-        if job.job_key is not None or job.dedup_key is not None or job.hold is not None:
+        if job.job_key is not None or job.dedup_key is not None or job.one_by_one:
             return False
         if job.flow_id is not None or job.pending_deps or _shared_args(job) != shared:
             return False
@@ -574,6 +599,8 @@ async def insert_one(
     run while it does."""
     if job.hold is not None:
         return await _insert_held(db, job, job.hold, conn, commit)
+    if job.replace or job.keep_last:
+        return await _insert_in_flight(db, job, conn, commit)
     args = (*row_args(job), notify_channel(db.schema), commit, own_transaction(conn))
     for _ in range(MAX_DEDUP_ROUNDS):
         row = await db.fetchrow("enqueue_one", *args, conn=conn)
@@ -591,18 +618,19 @@ async def insert_many(
 
     A dedup key repeated inside the batch keeps its first job; later ones report it as their
     duplicate. A key held by a job already in the table is resolved like ``insert_one``. Jobs
-    with a time-bound key are decided one by one, in the same transaction.
+    with a time-bound key, or that replace or keep duplicates, are decided one by one, in the
+    same transaction.
     """
     if not jobs:
         return []
-    if any(job.hold is not None for job in jobs):
+    if any(job.one_by_one for job in jobs):
         if conn is None:
             async with db.transaction() as own:
                 return await insert_many(db, jobs, own, commit)
-        plain = [job for job in jobs if job.hold is None]
+        plain = [job for job in jobs if not job.one_by_one]
         plain_results = iter(await insert_many(db, plain, conn, commit))
         return [
-            next(plain_results) if job.hold is None else await insert_one(db, job, conn, commit)
+            next(plain_results) if not job.one_by_one else await insert_one(db, job, conn, commit)
             for job in jobs
         ]
     if len(jobs) > 1 and _uniform(jobs):
@@ -669,18 +697,95 @@ async def _insert_held(
     async with conn.transaction():
         current = await db.fetchrow("lock_dedup_hold", *key, conn=conn)
         assert current is not None
+        removed = None
         if current["held"]:
             holder = current["job_id"]
-            replaced = (
-                hold.replace
-                and holder is not None
-                and bool(await db.fetch("remove_delayed_holder", holder, conn=conn))
-            )
-            if not replaced:
+            if hold.replace and holder is not None:
+                removed = await db.fetchrow("remove_delayed_holder", holder, conn=conn)
+            if removed is None:
                 if hold.extend:
                     await db.fetch("extend_dedup_hold", *key, hold.ttl, conn=conn)
                 return EnqueueResult(holder, duplicate=True)
         result = await insert_one(db, replace(job, hold=None), conn, commit)
-        if not result.duplicate:
+        if result.duplicate:
+            return result
+        if removed is not None and not hold.extend:
+            # the replacing job takes the hold until its expiry (BullMQ's SET KEEPTTL)
+            await db.fetch("take_dedup_hold", *key, result.id, conn=conn)
+        else:
             await db.fetch("set_dedup_hold", *key, result.id, hold.ttl, conn=conn)
-        return result
+        if removed is None:
+            return result
+        return EnqueueResult(result.id, replaced=removed["id"], replaced_key=removed["job_key"])
+
+
+async def _insert_in_flight(
+    db: Database, job: PreparedJob, conn: Any, commit: str | None
+) -> EnqueueResult:
+    """An in-flight dedup key whose duplicate replaces a delayed holder (``replace``) or is kept
+    to follow a running one (``keep_last``), decided in one transaction: the holder is read
+    first (a job holding the job key wins, as a duplicate), then removed (only while it has
+    not started) or has the job kept (only while it runs, its row locked against its finish:
+    keep_next_job), and the job is inserted when the key is free. A holder that moved on
+    meanwhile is looked for again, a bounded number of times."""
+    if conn is None:
+        async with db.transaction() as own:
+            return await _insert_in_flight(db, job, own, commit)
+    plain = replace(job, replace=False, keep_last=False)
+    key = (job.queue, job.dedup_key, job.tenant)
+    async with conn.transaction():
+        removed = None
+        for _ in range(MAX_DEDUP_ROUNDS):
+            holder = await db.fetchrow(
+                "key_holder_of", job.queue, job.tenant, job.job_key, job.dedup_key, conn=conn
+            )
+            if holder is not None:
+                if job.job_key is not None and holder["job_key"] == job.job_key:
+                    return EnqueueResult(holder["id"], duplicate=True)
+                if job.replace:
+                    removed = await db.fetchrow(
+                        "remove_delayed_dedup_holder", holder["id"], *key, conn=conn
+                    )
+                if removed is None:
+                    if job.keep_last:
+                        kept = await db.fetchval(
+                            "keep_next_job",
+                            holder["id"],
+                            job.queue,
+                            job.tenant,
+                            job.dedup_key,
+                            *_kept_args(job),
+                            conn=conn,
+                        )
+                        if kept is not None:
+                            return EnqueueResult(holder["id"], duplicate=True, kept=True)
+                        if holder["status"] == "running":
+                            continue  # it finished meanwhile: look again
+                    return EnqueueResult(holder["id"], duplicate=True)
+            result = await insert_one(db, plain, conn, commit)
+            if result.duplicate:
+                continue  # a holder committed meanwhile: look again
+            if removed is None:
+                return result
+            return EnqueueResult(result.id, replaced=removed["id"], replaced_key=removed["job_key"])
+    raise DedupRaceError(job.queue, job.dedup_key or "", MAX_DEDUP_ROUNDS)
+
+
+def _kept_args(job: PreparedJob) -> tuple[Any, ...]:
+    """keep_next_job's $5..$18: the columns of the job to enqueue later."""
+    return (
+        job.kind,
+        job.name,
+        job.payload,
+        job.priority,
+        job.run_at,
+        job.delay,
+        job.max_attempts,
+        job.max_deferrals,
+        job.backoff,
+        job.group_key,
+        job.metadata,
+        job.job_key,
+        job.retention,
+        job.record_events,
+    )

@@ -122,6 +122,17 @@ class JobLost(PgJobsError):
         )
 
 
+class PendingPrerequisites(PgJobsError):
+    """A job cannot complete while prerequisites attached to it are still open (or blocked by a
+    failure): the completion was refused and nothing written; the job is still running and
+    owned. The worker fails the attempt with this error, as for a handler that raised it.
+    """
+
+    def __init__(self, job_id: int) -> None:
+        self.job_id = job_id
+        super().__init__(f"job {job_id} has pending prerequisites: it cannot complete")
+
+
 class PoolClosed(PgJobsError):
     """The connection pool under a worker, an event stream or a scheduler was closed while it
     ran, so it stopped (it retries a database out of reach, never a pool that is gone). A
@@ -132,6 +143,22 @@ class PoolClosed(PgJobsError):
     def __init__(self, user: str, consequence: str) -> None:
         self.user = user
         super().__init__(f"the pool of {user} was closed while it ran: {consequence}")
+
+
+class DatabaseTimeout(PgJobsError, TimeoutError):
+    """PostgreSQL did not answer a statement within its deadline (``pgjobs.Timeouts``): the
+    network or the server went silent. The connection was closed, so nothing more can happen
+    on it; whether the statement took effect before the silence is unknown. The engine's loops
+    retry on a new connection (their writes are fenced); a caller decides for its own calls.
+    A TimeoutError, hence one of ``TRANSIENT_ERRORS``."""
+
+    def __init__(self, statement: str, seconds: float) -> None:
+        self.statement = statement
+        self.seconds = seconds
+        super().__init__(
+            f"no answer from PostgreSQL to {statement!r} within {seconds:g}s (pgjobs.Timeouts): "
+            "the connection was closed; whether the statement took effect is unknown"
+        )
 
 
 class InvalidFlow(PgJobsError, ValueError):
@@ -159,7 +186,19 @@ class FlowConflict(PgJobsError):
         super().__init__(f"flow node {node!r}: {key} is already taken{held}; nothing was written")
 
 
+class PrerequisiteTaken(PgJobsError):
+    """The existing job an ``add_prerequisite(..., sole_dependent=True)`` named by its job key
+    already has another dependent; nothing was written."""
+
+    def __init__(self, job_id: int, dependent_id: int) -> None:
+        self.job_id = job_id
+        self.dependent_id = dependent_id
+        super().__init__(f"job {job_id} already has dependent {dependent_id}; nothing was written")
+
+
 class FlowNotFound(PgJobsError, LookupError):
+    """No flow has this id, or it belongs to another tenant (``flow_id``)."""
+
     def __init__(self, flow_id: int) -> None:
         self.flow_id = flow_id
         super().__init__(f"no flow {flow_id} (or it belongs to another tenant)")
@@ -173,4 +212,19 @@ class FlowRunning(PgJobsError):
         self.running = running
         super().__init__(
             f"flow {flow_id} has running node(s) {running}; wait for them or cancel them"
+        )
+
+
+class ScheduleTickTaken(PgJobsError):
+    """A materialized schedule's run could not be made: the job key of its tick is another
+    job's (``tries`` ticks were tried); nothing was written."""
+
+    def __init__(self, schedule: str, job_key: str, tries: int) -> None:
+        self.schedule = schedule
+        self.job_key = job_key
+        self.tries = tries
+        super().__init__(
+            f"schedule {schedule!r}: its run's job key {job_key!r} is another job's"
+            + (f" (and so were the {tries - 1} ticks after it)" if tries > 1 else "")
+            + "; nothing was written"
         )

@@ -116,6 +116,8 @@ class EventStream:
             self._wake.set()
 
     async def start(self) -> None:
+        """Begin following the queues: register as a reader (so that writers notify this stream) and
+        fix the starting point. Idempotent; ``async with`` and the first read call it."""
         if self._started:
             return
         self._started = True
@@ -148,6 +150,8 @@ class EventStream:
         return len(self._buffer)
 
     async def close(self) -> None:
+        """Stop following: end the reader's registration and close the LISTEN connection. Iteration
+        then ends."""
         self._closed = True
         self._wake.set()
         if self._renewing is not None:

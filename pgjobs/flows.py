@@ -29,6 +29,7 @@ from pgjobs.errors import (
     FlowRunning,
     InvalidFlow,
     InvalidOption,
+    PrerequisiteTaken,
 )
 from pgjobs.executor import Connection, Database
 from pgjobs.kinds import Kind, Registry
@@ -132,8 +133,12 @@ class Flow:
 
 @dataclass(frozen=True, slots=True)
 class SubmittedFlow:
+    """What ``JobQueue.submit_flow`` returns: the new flow's id and each node's job id, by
+    node name; ``reused``: the nodes that are existing jobs (``reuse``), not written."""
+
     flow_id: int
     job_ids: dict[str, int]
+    reused: frozenset[str] = frozenset()
 
 
 class Flows:
@@ -154,13 +159,18 @@ class Flows:
         connection: Connection | None = None,
         commit: str | None = None,
         carry: Callable[[Any], Any] | None = None,
+        reuse: bool = False,
     ) -> SubmittedFlow:
         """Write every node, every edge and the flow row in one transaction (the caller's, with
         ``connection``). A node's priority is its own, else ``default_priority``, else its
         kind's. Nothing is written when any node is invalid, the graph has a cycle, or a node's
-        job key or dedup key is already taken (FlowConflict). ``commit``: the transaction's
-        synchronous_commit (validation.commit_setting); ``carry``: what each node's metadata
-        becomes (telemetry's trace context)."""
+        job key or dedup key is already taken (FlowConflict). With ``reuse``, a node whose key
+        is taken and that has no prerequisites in the flow is the existing job instead (BullMQ
+        reuses a job id): it is not written, its edges make its dependents wait for it (as
+        ``add_dependency``: resolved at once if it has ended), and its id is the existing
+        job's; a taken node with prerequisites in the flow is still a FlowConflict.
+        ``commit``: the transaction's synchronous_commit (validation.commit_setting);
+        ``carry``: what each node's metadata becomes (telemetry's trace context)."""
         order = flow.order()
         indegree = {node: 0 for node in order}
         for _, dependent in flow._edges:
@@ -197,23 +207,55 @@ class Flows:
             )
             jobs = [replace(job, flow_id=flow_id) for job in prepared]
             results = await insert_many(self._db, jobs, conn, commit)
+            reused: set[str] = set()
             for node, result in zip(order, results, strict=True):
                 if result.duplicate:
-                    spec = flow._nodes[node].spec
-                    raise FlowConflict(node, result.id, spec.job_key, spec.dedup_key)
+                    if not reuse or indegree[node] > 0:
+                        spec = flow._nodes[node].spec
+                        raise FlowConflict(node, result.id, spec.job_key, spec.dedup_key)
+                    reused.add(node)
             ids = {node: result.id for node, result in zip(order, results, strict=True)}
-            if flow._edges:
-                edges = list(flow._edges.items())
+            edges = list(flow._edges.items())
+            written = [edge for edge in edges if edge[0][0] not in reused]
+            if written:
                 await self._db.fetch(
                     "insert_edges",
-                    [ids[p] for (p, _), _ in edges],
-                    [ids[d] for (_, d), _ in edges],
-                    [policy.value for _, policy in edges],
+                    [ids[p] for (p, _), _ in written],
+                    [ids[d] for (_, d), _ in written],
+                    [policy.value for _, policy in written],
                     conn=conn,
                 )
-            return SubmittedFlow(flow_id, ids)
+            attached = [edge for edge in edges if edge[0][0] in reused]
+            if attached:
+                await self._attach_reused(conn, ids, attached)
+            return SubmittedFlow(flow_id, ids, frozenset(reused))
 
         return await self._db.in_transaction(write, connection)
+
+    async def _attach_reused(
+        self,
+        conn: Connection,
+        ids: dict[str, int],
+        edges: list[tuple[tuple[str, str], EdgePolicy]],
+    ) -> None:
+        """The edges leaving reused nodes (existing jobs) to the dependents just written: those
+        were written counting them, and attach_prerequisites counts what it writes, so the
+        count is taken off first (the dependents are this transaction's, unseen by others);
+        attach_prerequisites then locks the existing jobs and resolves any that has ended."""
+        await self._db.execute("uncount_edges", [ids[d] for (_, d), _ in edges], conn=conn)
+        try:
+            await self._db.fetchval(
+                "attach_prerequisites",
+                [ids[p] for (p, _), _ in edges],
+                [ids[d] for (_, d), _ in edges],
+                [policy.value for _, policy in edges],
+                ["open"] * len(edges),
+                [None] * len(edges),
+                self._channel,
+                conn=conn,
+            )
+        except asyncpg.ForeignKeyViolationError:  # removed since the insert found it: retry
+            raise InvalidFlow("a job the flow reuses was removed meanwhile") from None
 
     async def _submit_keyless(
         self,
@@ -255,12 +297,16 @@ class Flows:
         tenant: str | None,
         any_tenant: bool,
         connection: Connection | None = None,
+        sole_dependent: bool = False,
     ) -> EnqueueResult:
         """Enqueue ``spec`` as a new prerequisite of an existing pending or running job (a
         child added while the parent runs), in one transaction: the job, the edge and the
         dependent's count. The new job joins the dependent's flow (one is made if it has none)
         and its tenant. A job key already taken attaches the existing job instead (BullMQ
-        reuses a child id), unless that would close a cycle."""
+        reuses a child id), unless that would close a cycle, or, with ``sole_dependent``,
+        unless another existing job already waits for it (PrerequisiteTaken: a BullMQ child
+        has one parent). Concurrent sole-dependent attaches of one job are serialised, so two
+        of them cannot both succeed."""
         policy = EdgePolicy(policy)
 
         async def write(conn: Connection) -> EnqueueResult:
@@ -276,6 +322,13 @@ class Flows:
                 "depends_on", result.id, dependent_id, conn=conn
             ):
                 raise FlowCycle([str(result.id), str(dependent_id)])
+            if result.duplicate and sole_dependent:
+                await self._db.fetchval("serialise_attaches", result.id, conn=conn)
+                other = await self._db.fetchval(
+                    "other_dependent", result.id, dependent_id, conn=conn
+                )
+                if other is not None:
+                    raise PrerequisiteTaken(result.id, other)
             await self._attach(conn, result.id, dependent_id, policy)
             return result
 
@@ -343,6 +396,23 @@ class Flows:
             )
         except asyncpg.ForeignKeyViolationError:  # the dependent is locked: the prerequisite
             raise InvalidFlow(f"no job {prerequisite_id} to depend on") from None
+
+    async def remove_tree(
+        self,
+        job_id: int,
+        *,
+        tenant: str | None,
+        any_tenant: bool,
+        connection: Connection | None = None,
+    ) -> int | None:
+        """Delete ``job_id`` and every job it waits for, transitively (its prerequisites,
+        theirs, ...), in one transaction (SQL remove_job_tree). Dependents outside the tree are
+        resolved as by ``purge``. Nothing is deleted, and None returned, when a job of the tree
+        is running with its lease live; else how many jobs were deleted (0: no such job)."""
+        deleted = await self._db.fetchval(
+            "remove_job_tree", job_id, tenant, any_tenant, self._channel, conn=connection
+        )
+        return None if deleted is None else int(deleted)
 
     async def rerun(self, flow_id: int, *, tenant: str | None, any_tenant: bool) -> SubmittedFlow:
         """Clone the flow under a new id, every node pending, priorities and budgets kept.

@@ -26,7 +26,13 @@ from pgjobs.kinds import Registry
 from pgjobs.models import EnqueueResult, SubState
 
 ImportedStatus = Literal["pending", "completed", "dead"]
+"""The statuses an imported job may be written in (``ImportedJob.status``)."""
 EdgeState = Literal["open", "satisfied", "blocked", "ignored", "released", "failed"]
+"""The state of an edge: ``open`` (its prerequisite has not finished), ``satisfied`` (it
+completed), ``blocked`` (it failed under the block policy: the dependent waits), ``released``
+(it stopped counting without completing: a block edge whose prerequisite was removed, or a
+continue dependent's other edges), ``failed`` (it failed under cascade), ``ignored`` (it failed
+under ignore or continue)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -126,6 +126,8 @@ class Kind(Generic[InputT]):
         return self.input is Any and self.job_name is None and self.group_key is None
 
     def validate_json(self, text: str) -> InputT:
+        """The input parsed from JSON ``text`` and validated by the kind's model; raises
+        ``InvalidJobInput`` naming the kind and the field."""
         try:
             return self.adapter.validate_json(text)
         except pydantic.ValidationError as exc:
@@ -228,9 +230,11 @@ class Kind(Generic[InputT]):
             raise InvalidJobInput(self.name, exc.field, exc.reason, index=index) from None
 
     def label(self, value: InputT) -> str:
+        """The job name of ``value``: ``job_name(value)``, else the kind's name."""
         return self.job_name(value) if self.job_name else self.name
 
     def group(self, value: InputT) -> str | None:
+        """The group of ``value`` for group concurrency: ``group_key(value)``, else None."""
         return self.group_key(value) if self.group_key else None
 
 
@@ -241,6 +245,8 @@ class Registry:
         self._kinds: dict[str, Kind[Any]] = {}
 
     def add(self, kind: Kind[Any]) -> Kind[Any]:
+        """Register ``kind`` and return it; a second kind of the same name raises
+        ``DuplicateKind``."""
         if kind.name in self._kinds:
             raise DuplicateKind(kind.name)
         self._kinds[kind.name] = kind
@@ -267,6 +273,7 @@ class Registry:
         return register
 
     def get(self, name: str) -> Kind[Any]:
+        """The kind named ``name``; raises ``UnknownKind`` if there is none."""
         try:
             return self._kinds[name]
         except (KeyError, TypeError):
@@ -279,6 +286,7 @@ class Registry:
         return iter(self._kinds.values())
 
     def names(self) -> list[str]:
+        """The names of the registered kinds, in registration order."""
         return list(self._kinds)
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from pgjobs import sql
+from pgjobs import network, sql
 from pgjobs.config import validate_schema
 from pgjobs.errors import MigrationFailed
 from pgjobs.executor import Connection
@@ -42,9 +42,12 @@ async def apply_schema(conn: Connection, schema: str) -> MigrationReport:
         await conn.execute(statements["migrate_lock"], schema)
         await conn.execute(statements["create_schema"])
         await conn.execute(statements["create_ledger"])
-        done = {row["version"] for row in await conn.fetch(statements["applied_versions"])}
+        done = {
+            row["version"]: row["name"] for row in await conn.fetch(statements["applied_versions"])
+        }
         for version, name, template in sql.migrations():
             if version in done:
+                _check_recorded(schema, version, name, done[version])
                 continue
             try:
                 await conn.execute(template.replace("{schema}", schema))
@@ -59,6 +62,25 @@ async def apply_schema(conn: Connection, schema: str) -> MigrationReport:
                 await conn.execute(template.replace("{schema}", schema))
             await conn.execute(statements["record_digest"], digest)
     return MigrationReport(applied, bool(stale))
+
+
+def _check_recorded(schema: str, version: int, name: str, recorded: str) -> None:
+    """Refuse a ledger that records another migration under this version: the schema was
+    migrated by a pre-release pgjobs (whose 24 migrations 0.1.0 squashed into
+    ``0001_baseline``, recorded as ``init``, ``flows_operations``, ...), so skipping the version
+    would leave it short of what this code expects."""
+    if recorded == name:
+        return
+    reason = f"the schema records migration {version:04d} as {recorded!r}, not {name!r}"
+    if version == 1 and recorded == "init":
+        reason += (
+            ": it was migrated by a pre-release pgjobs, whose migrations 0.1.0 squashed into"
+            " 0001_baseline. A pre-release schema is not upgraded: drop it"
+            f" (DROP SCHEMA {schema} CASCADE) and migrate again"
+        )
+    else:
+        reason += ": it was migrated by another pgjobs whose migrations differ from this code's"
+    raise MigrationFailed(schema, version, name, reason)
 
 
 def _reason(exc: asyncpg.PostgresError) -> str:
@@ -78,7 +100,7 @@ async def apply_migrations(conn: Connection, schema: str) -> list[int]:
 
 async def migrate(dsn: str, schema: str) -> MigrationReport:
     """Connect to ``dsn`` and bring ``schema`` up to date (see ``apply_schema``)."""
-    conn = await asyncpg.connect(dsn)
+    conn = await network.connect(dsn)
     try:
         return await apply_schema(conn, schema)
     finally:

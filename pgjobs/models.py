@@ -70,7 +70,9 @@ TERMINAL = (Status.COMPLETED, Status.DEAD, Status.CANCELLED)
 class Keep:
     """How long a finished job stays: at most ``count`` of the newest finished jobs of its queue
     and status, and none older than ``age`` seconds. ``Keep(count=0)`` removes it at once
-    (once no dependent needs its output); ``Keep()`` keeps it until the GC's global policy."""
+    (once no dependent needs its output; a dead job that only blocks its dependents goes at
+    once and releases them, as its removal would); ``Keep()`` keeps it until the GC's global
+    policy."""
 
     count: int | None = None
     age: float | None = None
@@ -83,6 +85,13 @@ class EnqueueResult:
 
     id: int
     duplicate: bool = False
+    kept: bool = False
+    """With ``duplicate`` and ``dedup_keep_last``: the job was kept, to be enqueued when the
+    running holder (``id``) finishes."""
+    replaced: int | None = None
+    """With ``dedup_replace``: the id of the delayed holder this new job replaced (removed)."""
+    replaced_key: str | None = None
+    """The job key of the replaced holder, if it had one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,10 +183,15 @@ class JobFilter:
     """``(path, value)``: jobs whose payload holds the JSON ``value`` at the dotted ``path``
     (``"user.id"``, ``"items.0.sku"``: a number indexes an array), compared as JSON (42 is
     not "42"). Not indexed: narrow it with ``queue`` or another filter on a big table."""
+    pending_run: bool | None = None
+    """True: only jobs that are a materialized schedule's pending run (its next run); False:
+    every job but those."""
 
 
 @dataclass(frozen=True, slots=True)
 class LogLine:
+    """One line of a job's log (``JobQueue.append_log``), with when it was written."""
+
     line: str
     created_at: datetime
 
@@ -213,6 +227,9 @@ class FlowFilter:
 
 @dataclass(frozen=True, slots=True)
 class FlowSummary:
+    """One flow as ``JobQueue.list_flows`` lists it: its outcome (running, failed,
+    completed_with_failures or completed), its times and its jobs' counts by sub-state."""
+
     id: int
     name: str | None
     outcome: str  # running | failed | completed_with_failures | completed
@@ -224,6 +241,9 @@ class FlowSummary:
 
 @dataclass(frozen=True, slots=True)
 class FlowNode:
+    """One job of a flow, as ``JobQueue.flow_view`` shows it (``pending_deps``: its open
+    prerequisites)."""
+
     id: int
     name: str
     kind: str
@@ -241,6 +261,9 @@ class FlowNode:
 
 @dataclass(frozen=True, slots=True)
 class FlowEdge:
+    """One edge of a flow: the ids of its prerequisite and dependent, its ``EdgePolicy`` and
+    its ``EdgeState``."""
+
     prerequisite: int
     dependent: int
     policy: str
@@ -249,6 +272,8 @@ class FlowEdge:
 
 @dataclass(frozen=True, slots=True)
 class FlowView:
+    """A flow's graph (``JobQueue.flow_view``): its ``list_flows`` row, its nodes and edges."""
+
     summary: FlowSummary
     nodes: list[FlowNode]
     edges: list[FlowEdge]
@@ -256,6 +281,9 @@ class FlowView:
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
+    """One queue as ``JobQueue.queue_stats`` reports it: counts by sub-state, the paused flag
+    and its limits (None: no limit)."""
+
     queue: str
     counts: dict[SubState, int]
     paused: bool
@@ -267,6 +295,9 @@ class QueueStats:
 
 @dataclass(frozen=True, slots=True)
 class MetricsBucket:
+    """How many jobs of a queue completed, died and were cancelled in one time bucket
+    (``JobQueue.queue_metrics``)."""
+
     start: datetime
     completed: int
     dead: int
@@ -278,9 +309,10 @@ class JobEvent:
     """One entry of the event log. ``event`` is one of: added, active, progress, completed,
     failed (dead), retrying, deferred, waiting_children (back to wait for prerequisites added
     while it ran), stalled, released (prerequisites done), requeued,
-    rescheduled (due time moved while pending), cancelled, removed; or a queue event (paused,
-    resumed, or any name given to ``publish_event``) with ``job_id`` None. ``prev`` is the
-    status the job left; ``cursor`` resumes a stream just after this event."""
+    rescheduled (due time moved while pending), cancelled, removed (of a pending job, with its
+    ``run_at``, ``pending_deps`` and ``priority``); or a queue event (paused, resumed, or any
+    name given to ``publish_event``) with ``job_id`` None. ``prev`` is the status the job
+    left; ``cursor`` resumes a stream just after this event."""
 
     cursor: str
     queue: str

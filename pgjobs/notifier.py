@@ -3,6 +3,11 @@
 Notifications are a latency optimisation only; the worker's poll is the safety net, so a
 dropped connection loses time, never jobs. On reconnect every listener is woken once,
 because notifications sent while disconnected are gone.
+
+The connection is checked, not trusted: a quiet one is probed with a round trip under the
+database's deadline, and one that does not answer is closed and replaced (the worker polls
+meanwhile). A LISTEN connection is closed when done with, never handed back to the pool: an
+UNLISTEN on a connection gone silent would wait on it.
 """
 
 from __future__ import annotations
@@ -15,13 +20,15 @@ from typing import Any
 
 import asyncpg
 
-from pgjobs.executor import Database
+from pgjobs import network
+from pgjobs.executor import Database, terminate
 from pgjobs.retrying import retry_delay
 
 logger = logging.getLogger("pgjobs.notifier")
 
-PROBE_SECONDS = 10.0
-"""How often an otherwise quiet LISTEN connection is probed."""
+PROBE_SECONDS = 5.0
+"""How often the LISTEN connection is probed: a silent one is noticed within this plus the
+probe's deadline."""
 CLOSING_CHECK_SECONDS = 1.0
 """How often the notifier looks whether its pool is being closed (which waits for it)."""
 
@@ -76,17 +83,17 @@ class Notifier:
                 failures = 0
                 self.connected = True
                 self._listening.set()
-                # A LISTEN connection that dies silently (server restart) is only noticed when
-                # used, so probe it now and then. A pool being closed waits for this connection:
-                # give it back within a second, and wake every listener (its next statement
-                # finds the pool closed).
+                # A LISTEN connection that dies silently (a server restart, a network gone
+                # quiet) is only noticed when used, so probe it now and then. A pool being
+                # closed waits for this connection: give it back within a second, and wake every
+                # listener (its next statement finds the pool closed).
                 quiet = 0.0
                 while not lost.is_set():
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(lost.wait(), timeout=CLOSING_CHECK_SECONDS)
                     if self._db.closed:
                         connection, conn = conn, None
-                        await self._disconnect(connection)
+                        self._disconnect(connection)
                         for listener in self._listeners.values():
                             listener(None)
                         return
@@ -110,30 +117,17 @@ class Notifier:
                 self.connected = False
                 if conn is not None:
                     with contextlib.suppress(Exception):
-                        await self._disconnect(conn)
+                        self._disconnect(conn)
 
     async def _connect(self) -> Any:
         """The LISTEN connection: a session of its own on ``listen_dsn`` if the database has
         one (behind a transaction-mode pooler), else one of the pool's."""
         if self._db.listen_dsn is not None:
-            return await asyncpg.connect(self._db.listen_dsn)
+            return await network.connect(self._db.listen_dsn, self._db.timeouts)
         return await self._pool.acquire()
 
-    async def _disconnect(self, conn: Any) -> None:
-        """Close our own session, or give the pool's back without our listeners on it. A
-        connection already closed, or a failure or cancellation midway, ends it instead: its
-        listeners go with it and a pool's connection gives its slot back (a pool being closed
-        waits for every connection it lent)."""
-        try:
-            if self._db.listen_dsn is not None:
-                await conn.close()
-            elif conn.is_closed():
-                conn.terminate()
-            else:
-                for channel in self._listeners:
-                    await conn.remove_listener(channel, self._deliver)
-                await self._pool.release(conn)
-        except BaseException:
-            with contextlib.suppress(Exception):  # a proxy the pool took back already
-                conn.terminate()
-            raise
+    def _disconnect(self, conn: Any) -> None:
+        """Close the connection at once, listeners and all; a pool's connection gives its slot
+        back (a pool being closed waits for every connection it lent), and the pool opens a
+        new one when next needed."""
+        terminate(conn)

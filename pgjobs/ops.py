@@ -14,7 +14,13 @@ from pgjobs.models import JobFilter, LogLine, LogPage, PurgeResult
 from pgjobs.sql import filters
 
 T = TypeVar("T")
-RunningPolicy = Literal["skip", "cancel"]
+PriorityPlace = Literal["keep", "first", "last"]
+"""Where ``change_priority`` puts a job waiting its turn among the jobs of its new priority:
+where its due time puts it (``keep``), before them all (``first``), after them all (``last``)."""
+RunningPolicy = Literal["skip", "expired", "cancel"]
+"""What a purge does with running jobs: ``skip`` them, delete those whose lease has run out
+(``expired``: their worker stopped heartbeating, or never renews a job it took by hand), or
+delete them all (``cancel``)."""
 MAX_LOG_LINE_BYTES = 64 * 1024
 
 
@@ -85,13 +91,18 @@ class Operations:
     # -- re-drive ---------------------------------------------------------------------------
 
     async def requeue(
-        self, where: JobFilter, connection: Connection | None = None, *, reset: bool = True
+        self,
+        where: JobFilter,
+        connection: Connection | None = None,
+        *,
+        reset: bool = True,
+        clear_outcome: bool = False,
     ) -> list[int]:
-        sql, params = filters.where(where, 2, "j", self._db.schema)
+        sql, params = filters.where(where, 3, "j", self._db.schema)
 
         async def work(conn: Connection) -> list[int]:
             rows = await self._db.fetch(
-                "requeue_where", reset, *params, conn=conn, parts={"where": sql}
+                "requeue_where", reset, clear_outcome, *params, conn=conn, parts={"where": sql}
             )
             queues = sorted({row["queue"] for row in rows})
             if queues:
@@ -120,13 +131,19 @@ class Operations:
         )
 
     async def change_priority(
-        self, job_id: int, priority: int, *, tenant: str | None, any_tenant: bool
+        self,
+        job_id: int,
+        priority: int,
+        *,
+        place: PriorityPlace,
+        tenant: str | None,
+        any_tenant: bool,
     ) -> bool:
         value = validation.priority(priority)
-        return (
-            await self._db.fetchrow("change_priority", job_id, tenant, any_tenant, value)
-            is not None
-        )
+        if place not in ("keep", "first", "last"):
+            raise InvalidOption("place", f"must be 'keep', 'first' or 'last', got {place!r}")
+        row = await self._db.fetchrow("change_priority", job_id, tenant, any_tenant, value, place)
+        return row is not None
 
     # -- logs -------------------------------------------------------------------------------
 
@@ -166,19 +183,22 @@ class Operations:
         running: RunningPolicy,
         connection: Connection | None = None,
         removed_events: bool = True,
+        take_dependents: bool = False,
     ) -> PurgeResult:
-        if running not in ("skip", "cancel"):
-            raise InvalidOption("running", f"must be 'skip' or 'cancel', got {running!r}")
+        if running not in ("skip", "expired", "cancel"):
+            raise InvalidOption(
+                "running", f"must be 'skip', 'expired' or 'cancel', got {running!r}"
+            )
         sql, params = filters.where(where, 2, "j", self._db.schema)
         count_sql, count_params = filters.where(where, 1, "j", self._db.schema)
 
         async def work(conn: Connection) -> PurgeResult:
             locked = await self._db.fetch(
-                "purge_lock", running == "cancel", *params, conn=conn, parts={"where": sql}
+                "purge_lock", running, *params, conn=conn, parts={"where": sql}
             )
             ids = [row["id"] for row in locked]
             deleted = await self._db.fetchval(
-                "remove_jobs", ids, self._channel, not removed_events, conn=conn
+                "remove_jobs", ids, self._channel, not removed_events, take_dependents, conn=conn
             )
             # Counted after the cascades: a running row this purge cancelled is not "skipped".
             skipped = 0

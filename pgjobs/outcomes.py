@@ -46,8 +46,14 @@ class Delayed(Exception):
 
 class WaitForPrerequisites(Exception):
     """Put this job back until the prerequisites added while it ran are resolved (see
-    ``JobQueue.add_prerequisite``); it then runs again. Uses no attempt and no deferral. If none
-    is open any more, it is due again at once."""
+    ``JobQueue.add_prerequisite``); it then runs again. Uses no attempt, and no deferral unless
+    ``counted``: then the run is counted in ``deferrals`` as a ``Delayed`` run is (the job dies
+    once ``max_deferrals > 0`` deferrals are used), so that deferrals + attempts + stalls count
+    every run. If none is open any more, it is due again at once."""
+
+    def __init__(self, *, counted: bool = False) -> None:
+        self.counted = counted
+        super().__init__("waiting for prerequisites")
 
 
 class Fatal(Exception):
@@ -127,9 +133,21 @@ def decide(ctx: Claim, backoff: Backoff | str, exc: BaseException) -> Outcome:
             ctx.id, ctx.lock_token, "pending", delay=exc.after, refund_attempt=1, deferred=1
         )
     if isinstance(exc, WaitForPrerequisites):
-        return Outcome(ctx.id, ctx.lock_token, "pending", refund_attempt=1)
+        if not exc.counted:
+            return Outcome(ctx.id, ctx.lock_token, "pending", refund_attempt=1)
+        if ctx.max_deferrals > 0 and ctx.deferrals + 1 >= ctx.max_deferrals:
+            return _dead(ctx, exc, refund_attempt=1, deferred=1)
+        return Outcome(ctx.id, ctx.lock_token, "pending", refund_attempt=1, deferred=1)
     if isinstance(exc, Retry):
         return _retry_or_dead(ctx, exc, exc.after)
     if isinstance(backoff, str):  # the stored JSON, parsed only when a retry needs it
         backoff = Backoff.from_json(jsonvalue.loads(backoff))
     return _retry_or_dead(ctx, exc, backoff.seconds(ctx.attempts))
+
+
+def deferred_failure(ctx: Claim, failure: dict[str, Any]) -> Outcome:
+    """``dead`` with ``failure`` (the error record a stall past the stall budget left on the
+    job) as its error, counted against this claim's attempt."""
+    record = {key: value for key, value in failure.items() if key != "deferred"}
+    record.update(attempt=ctx.attempts, at=datetime.now(UTC).isoformat())
+    return Outcome(ctx.id, ctx.lock_token, "dead", error_json=jsonvalue.dumps(record))

@@ -5,11 +5,13 @@ and a shielded task each (about 40 µs, a fifth of a one-statement enqueue on a 
 
 A connection is only kept aside while no caller is in asyncpg's acquire, so it never holds
 back a caller waiting for a connection; ``close``,
-``terminate`` and ``expire_connections`` give the spares back first. Every acquirer goes
+``terminate`` and ``expire_connections`` give the spares back first, and ``drop_idle`` closes them
+with the idle ones. Every acquirer goes
 through ``acquire`` (asyncpg's own ``fetch``, ``execute`` ... included), so a spare is just a
 connection taken early. Requires the engine's rule for shared pools: no session state left on
-a released connection (see ``executor.create_pool``). It reads two of asyncpg's internals
-(a proxy's connection and its listener lists), which is why asyncpg is pinned below 0.33;
+a released connection (see ``executor.create_pool``). It reads asyncpg's internals (a proxy's
+connection and its listener lists, the pool's connection holders), which is why asyncpg is
+pinned below 0.33;
 tests/engine/test_pool.py fails if they move."""
 
 from __future__ import annotations
@@ -92,6 +94,19 @@ class Pool(AsyncpgPool):
     async def expire_connections(self) -> None:
         await self._give_back()
         await super().expire_connections()
+
+    def drop_idle(self) -> None:
+        """Close every connection no caller holds (the spares and asyncpg's idle ones) at once,
+        without a goodbye to the server: after one connection went silent, the others opened
+        over the same network are suspect, and a graceful close of a dead one would wait on
+        it. The next acquire opens a new connection."""
+        spare, self._spare = self._spare, []
+        for connection in spare:
+            connection.terminate()
+        for holder in self._holders:  # type: ignore[attr-defined]
+            inner = holder._con
+            if holder._in_use is None and inner is not None and not inner.is_closed():
+                inner.terminate()
 
 
 class _Acquire:

@@ -88,6 +88,8 @@ class JsonLines(logging.Formatter):
 
 
 def configure_logging(log_format: str, level: str) -> None:
+    """Send the root logger's records to stderr at ``level``: ``"json"`` prints one JSON object
+    per line (with the job fields of the record's ``extra``), anything else plain text."""
     handler = logging.StreamHandler(sys.stderr)
     if log_format == "json":
         handler.setFormatter(JsonLines())

@@ -15,6 +15,9 @@ from pgjobs.executor import Database
 
 @dataclass(frozen=True, slots=True)
 class QueueSettings:
+    """A queue's stored settings (``JobQueue.queue_settings``): the paused flag, the
+    concurrency and group caps, the rate limit and its current window, the stall budget."""
+
     queue: str
     paused: bool = False
     concurrency: int | None = None
@@ -25,6 +28,12 @@ class QueueSettings:
     max_stalls: int | None = None
     """Stall budget: None, a stalled job's attempt counts; n, stalls give their attempt back and
     the job fails once it has stalled more than n times."""
+    window_start: datetime | None = None
+    """When the rate limit's current window began (None before the first job it admitted);
+    the window ends ``rate_period`` seconds later."""
+    window_count: int = 0
+    """Jobs the rate limit admitted in the current window: once it reaches ``rate_limit``,
+    the queue hands out nothing more until the window ends."""
 
 
 def _cap(option: str, value: Any) -> int | None:
@@ -116,4 +125,6 @@ class QueueControl:
             rate_period=row["rate_period"],
             limited_until=row["limited_until"],
             max_stalls=row["max_stalls"],
+            window_start=row["window_start"],
+            window_count=row["window_count"],
         )

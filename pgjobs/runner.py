@@ -12,7 +12,7 @@ from pgjobs.backoff import Backoff
 from pgjobs.context import JobContext
 from pgjobs.errors import JobLost
 from pgjobs.kinds import Kind
-from pgjobs.outcomes import Fatal, Outcome, decide
+from pgjobs.outcomes import Fatal, Outcome, decide, deferred_failure
 
 logger = logging.getLogger("pgjobs.runner")
 
@@ -21,7 +21,10 @@ async def run(
     kind: Kind[Any], payload: str, backoff: Backoff | str, ctx: JobContext
 ) -> Outcome | None:
     """Validate the stored payload, call the handler, map the result. None: write nothing
-    (the job is no longer ours, or ``ctx.completing()`` already completed it)."""
+    (the job is no longer ours, or ``ctx.completing()`` already completed it). A job carrying
+    a deferred failure (it stalled past its queue's stall budget) fails with it unrun."""
+    if ctx.deferred_failure is not None:
+        return deferred_failure(ctx, ctx.deferred_failure)
     try:
         typed = kind.validate_json(payload)
         assert kind.handler is not None

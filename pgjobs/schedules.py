@@ -25,9 +25,10 @@ from croniter import CroniterBadCronError, croniter
 from pgjobs import jsonvalue, validation
 from pgjobs.config import notify_channel
 from pgjobs.enqueue import JobSpec, insert_one, prepare
-from pgjobs.errors import InvalidOption, PoolClosed
+from pgjobs.errors import InvalidOption, PoolClosed, ScheduleTickTaken
 from pgjobs.executor import Database
 from pgjobs.kinds import Registry
+from pgjobs.models import Keep
 
 logger = logging.getLogger("pgjobs.schedules")
 
@@ -45,7 +46,15 @@ _JOB_OPTIONS = {
     "delay",
     "backoff",  # as a dict ({"type", "delay", "max_delay", "jitter"}): stored as JSON
     "events",
+    "keep_completed",  # a Keep, stored as a dict of its count and age
+    "keep_dead",
 }
+_KEEP_OPTIONS = ("keep_completed", "keep_dead")
+
+SCHEDULE_RUN_KEY = "schedule_run"
+"""The key of the metadata each run of a schedule carries (when its metadata is a dict, or
+none): ``{"iteration": n}``, the run's place in the schedule's count (``Schedule.emitted``
+once it was made)."""
 
 
 _KEY_PREFIX = "job_key_prefix"  # kept beside the job options, not passed to the job
@@ -56,6 +65,10 @@ earlier schedule of that name) move to the next tick, this many times at most.""
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
+    """A stored schedule (``JobQueue.get_schedule``, ``list_schedules``): what it enqueues, on
+    which cron expression or interval, its bounds, how many jobs it has emitted, and its next
+    and last run."""
+
     name: str
     kind: str
     input: Any
@@ -153,6 +166,8 @@ class Schedules:
         emitted: int = 0,
         materialize: bool = False,
         pending_job_id: int | None = None,
+        refuse_taken_tick: bool = False,
+        keep_waiting_run: int | None = None,
         **job_options: Any,
     ) -> datetime | None:
         """Create or replace schedule ``name``; returns its next run (None if it has none left).
@@ -169,7 +184,18 @@ class Schedules:
         in the same transaction, replacing a pending run of an earlier upsert that has not
         started; ``get_schedule(name).pending_job_id`` names it. ``pending_job_id`` adopts an
         existing job as that run instead (an import of a schedule whose next run came across
-        as a job), its tick being ``first_run_at``.
+        as a job), its tick being ``first_run_at``. A run whose tick's job key is taken (by a
+        job of an earlier schedule of that name) moves to the next tick, up to
+        ``MAX_KEY_COLLISIONS`` times, then ``ScheduleTickTaken`` is raised; with
+        ``refuse_taken_tick`` it is raised at once when this upsert replaced no pending run
+        (BullMQ refuses so a pattern scheduler whose tick's job exists). With
+        ``keep_waiting_run`` (a priority), a pending run that is due, of that priority, in a
+        queue that is paused, is not replaced: it stays, no longer the schedule's run, and runs
+        once the queue resumes (as BullMQ's upsert leaves a waiting iteration of a paused
+        queue). Nothing is written when it raises.
+
+        ``keep_completed`` and ``keep_dead`` (a ``Keep``, or a dict of its count and age) apply
+        to every run. Each run's metadata (a dict, or none) carries ``SCHEDULE_RUN_KEY``.
         """
         validation.text("name", name, optional=False)
         if (cron is None) == (every is None):
@@ -202,8 +228,13 @@ class Schedules:
             raise InvalidOption(
                 "backoff", "a schedule stores its backoff as a dict or a number of seconds"
             )
-        spec = JobSpec(kind, input, **job_options)
+        for option in _KEEP_OPTIONS:
+            if option in job_options:
+                job_options[option] = _stored_keep(option, job_options[option])
+        spec = JobSpec(kind, input, **_spec_options(job_options))
         prepared = prepare(spec, self._registry)  # validates kind, input and options now
+        if keep_waiting_run is not None:
+            validation.priority(keep_waiting_run)
         if job_key_prefix is not None:
             job_options[_KEY_PREFIX] = validation.text("job_key_prefix", job_key_prefix)
         now = datetime.now(UTC)
@@ -246,7 +277,7 @@ class Schedules:
             replaced = 0
             if row["pending_job_id"] is not None and row["pending_job_id"] != pending_job_id:
                 gone = await self._db.fetch(
-                    "remove_unstarted_job", row["pending_job_id"], conn=conn
+                    "remove_unstarted_job", row["pending_job_id"], keep_waiting_run, conn=conn
                 )
                 replaced = len(gone)
             if pending_job_id is not None:
@@ -260,7 +291,13 @@ class Schedules:
                     "set_pending_run", name, None, None, -replaced, None, conn=conn
                 )
                 return None
-            job_id, tick = await self._enqueue_run(conn, locked, row["next_run_at"])
+            job_id, tick = await self._enqueue_run(
+                conn,
+                locked,
+                row["next_run_at"],
+                iteration=locked["emitted"] + 1 - replaced,
+                refuse_taken=refuse_taken_tick and not replaced,
+            )
             await self._db.fetch(
                 "set_pending_run", name, job_id, tick, 1 - replaced, None, conn=conn
             )
@@ -273,10 +310,10 @@ class Schedules:
         row = await self._db.fetchrow("get_schedule", name)
         return None if row is None else _schedule(row)
 
-    async def remove(self, name: str) -> bool:
+    async def remove(self, name: str, connection: Any = None) -> bool:
         """Remove the schedule (and a materialized one's pending run, unless it has started);
-        False if there was none."""
-        return await self._db.fetchrow("remove_schedule", name) is not None
+        False if there was none. ``connection``: in that connection's transaction."""
+        return await self._db.fetchrow("remove_schedule", name, conn=connection) is not None
 
     async def pause(self, name: str, connection: Any = None) -> bool:
         """Stop emitting runs of ``name`` until ``resume`` (or an upsert, which redefines it);
@@ -292,7 +329,9 @@ class Schedules:
             return False
         removed = 0
         if row["materialized"] and row["pending_job_id"] is not None:
-            gone = await self._db.fetch("remove_unstarted_job", row["pending_job_id"], conn=conn)
+            gone = await self._db.fetch(
+                "remove_unstarted_job", row["pending_job_id"], None, conn=conn
+            )
             removed = len(gone)
         await self._db.fetch("pause_schedule", name, removed, conn=conn)
         return True
@@ -309,11 +348,19 @@ class Schedules:
                 tick = self._after(row, tick, now=row["db_now"])
             await self._db.fetch("resume_schedule", name, tick, conn=conn)
             if row["materialized"] and tick is not None:
-                job_id, tick = await self._enqueue_run(conn, row, tick)
+                job_id, tick = await self._enqueue_run(
+                    conn, row, tick, iteration=row["emitted"] + 1
+                )
                 await self._db.fetch("set_pending_run", name, job_id, tick, 1, None, conn=conn)
             if tick is not None:
                 await self._db.fetch("notify_schedules", self._channel, conn=conn)
             return tick
+
+    async def advance(self, name: str, job_id: int) -> None:
+        """Run ``job_id`` of materialized schedule ``name`` counts as started: make the next
+        run, if ``job_id`` is still its pending run (``started`` does it for claimed jobs; this,
+        for a run someone handles another way). The run itself is left as it is."""
+        await self._advance(name, job_id)
 
     async def started(self, rows: Sequence[Any]) -> None:
         """Claimed jobs have started: for each that is the pending run of a materialized
@@ -335,7 +382,7 @@ class Schedules:
         if nxt is None:
             await self._db.fetch("set_pending_run", name, None, None, 0, current, conn=conn)
             return
-        next_id, tick = await self._enqueue_run(conn, row, nxt)
+        next_id, tick = await self._enqueue_run(conn, row, nxt, iteration=row["emitted"] + 1)
         await self._db.fetch("set_pending_run", name, next_id, tick, 1, current, conn=conn)
 
     def _after(self, row: Any, tick: datetime, *, now: datetime | None = None) -> datetime | None:
@@ -360,31 +407,32 @@ class Schedules:
             return None
         return nxt
 
-    async def _enqueue_run(self, conn: Any, row: Any, tick: datetime) -> tuple[int, datetime]:
-        """Enqueue the run of materialized schedule ``row`` at ``tick`` (the first free tick:
-        one whose job key names no job yet)."""
-        job_options = jsonvalue.loads(row["options"])
+    async def _enqueue_run(
+        self, conn: Any, row: Any, tick: datetime, *, iteration: int, refuse_taken: bool = False
+    ) -> tuple[int, datetime]:
+        """Enqueue run ``iteration`` of materialized schedule ``row`` at ``tick`` (the first
+        free tick: one whose job key names no job yet; with ``refuse_taken``, ``tick`` or
+        ScheduleTickTaken)."""
+        job_options = _spec_options(jsonvalue.loads(row["options"]))
         key_prefix = job_options.pop(_KEY_PREFIX, None)
         job_options.pop("delay", None)
-        for _ in range(MAX_KEY_COLLISIONS):
-            spec = JobSpec(
-                row["kind"],
-                jsonvalue.loads(row["payload"]),
-                **job_options,
-                run_at=tick,
-                job_key=_run_key(row["name"], key_prefix, tick),
-            )
+        job_options["metadata"] = _run_metadata(job_options.get("metadata"), iteration)
+        tries = 0
+        key = _run_key(row["name"], key_prefix, tick)
+        while tries < MAX_KEY_COLLISIONS:
+            tries += 1
+            key = _run_key(row["name"], key_prefix, tick)
+            payload = jsonvalue.loads(row["payload"])
+            spec = JobSpec(row["kind"], payload, **job_options, run_at=tick, job_key=key)
             result = await insert_one(self._db, prepare(spec, self._registry), conn)
             if not result.duplicate:
                 await self._db.fetch("mark_schedule_run", result.id, row["name"], conn=conn)
                 return result.id, tick
-            later = self._after(row, tick)
+            later = None if refuse_taken else self._after(row, tick)
             if later is None:
                 break
             tick = later
-        raise InvalidOption(
-            "name", f"schedule {row['name']!r}: every run time near {tick} already has a job"
-        )
+        raise ScheduleTickTaken(row["name"], key, tries)
 
     async def emit_due(self, *, catch_up: bool = False, batch: int = 100) -> int:
         """Emit one job for each due tick of each due schedule; returns the jobs emitted.
@@ -406,8 +454,9 @@ class Schedules:
         return emitted
 
     async def _emit(self, conn: Any, row: Any, catch_up: bool) -> int:
-        job_options = jsonvalue.loads(row["options"])
+        job_options = _spec_options(jsonvalue.loads(row["options"]))
         key_prefix = job_options.pop(_KEY_PREFIX, None)
+        metadata = job_options.pop("metadata", None)
         tick: datetime = row["next_run_at"]
         now: datetime = row["db_now"]
         count = 0
@@ -417,6 +466,7 @@ class Schedules:
                 row["kind"],
                 jsonvalue.loads(row["payload"]),
                 **job_options,
+                metadata=_run_metadata(metadata, row["emitted"] + count + 1),
                 job_key=_run_key(row["name"], key_prefix, tick),
             )
             try:
@@ -445,6 +495,35 @@ class Schedules:
     async def seconds_until_due(self) -> float | None:
         value = await self._db.fetchval("next_schedule_due")
         return None if value is None else float(value)
+
+
+def _stored_keep(option: str, value: Any) -> dict[str, Any] | None:
+    """A retention option as a schedule stores it: a dict of the Keep's count and age."""
+    if value is None:
+        return None
+    if isinstance(value, Keep):
+        return {"count": value.count, "age": value.age}
+    if isinstance(value, dict) and set(value) <= {"count", "age"}:
+        return {"count": value.get("count"), "age": value.get("age")}
+    raise InvalidOption(option, f"must be a Keep or a dict of its count and age, got {value!r}")
+
+
+def _spec_options(stored: dict[str, Any]) -> dict[str, Any]:
+    """A schedule's stored job options as JobSpec takes them (retention as Keep)."""
+    options = dict(stored)
+    for option in _KEEP_OPTIONS:
+        if options.get(option) is not None:
+            options[option] = Keep(**options[option])
+    return options
+
+
+def _run_metadata(metadata: Any, iteration: int) -> Any:
+    """A run's metadata: the schedule's, with the run's iteration (not when it is no object)."""
+    if metadata is None:
+        return {SCHEDULE_RUN_KEY: {"iteration": iteration}}
+    if isinstance(metadata, dict):
+        return {**metadata, SCHEDULE_RUN_KEY: {"iteration": iteration}}
+    return metadata
 
 
 def _run_key(name: str, key_prefix: str | None, tick: datetime) -> str:
@@ -489,6 +568,9 @@ class Scheduler:
         self._task: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
+        """Emit due schedules until ``stop``: each tick's job once, whatever the number of
+        schedulers. A failing schedule or a lost connection is logged and retried; a closed pool
+        raises ``PoolClosed``."""
         while not self._stop.is_set():
             try:
                 await self._schedules.emit_due(catch_up=self.catch_up)
@@ -504,10 +586,12 @@ class Scheduler:
                 await asyncio.wait_for(self._stop.wait(), timeout=wait)
 
     def start(self) -> asyncio.Task[None]:
+        """Run ``run`` in a background task and return it."""
         self._task = asyncio.create_task(self.run(), name="pgjobs-scheduler")
         return self._task
 
     async def stop(self) -> None:
+        """Stop the loop and wait for a started one to end."""
         self._stop.set()
         if self._task is not None:
             await self._task

@@ -28,7 +28,10 @@ from pgjobs.models import (
 from pgjobs.sql import filters
 
 Granularity = Literal["minute", "hour", "day"]
+"""The bucket size of ``JobQueue.queue_metrics``."""
 JobOrder = Literal["created", "claim", "due", "started", "finished"]
+"""How ``JobQueue.list_jobs`` orders its page: by creation, in claim order, by due time, by
+start or by finish; every order ends on the id, so a page is stable."""
 ORDERS: dict[str, tuple[str, str]] = {
     # order: (first to last, last to first); every one ends on the id, so a page is stable
     "created": ("j.id", "j.id DESC"),
@@ -147,10 +150,7 @@ class Tracking:
         (or any of its jobs belongs to another tenant)."""
         if isinstance(flow_id, bool) or not isinstance(flow_id, int):
             return None
-        async with (
-            self._db.pool.acquire() as conn,
-            conn.transaction(isolation="repeatable_read", readonly=True),
-        ):
+        async with self._db.transaction(isolation="repeatable_read", readonly=True) as conn:
             summary = await self._db.fetchrow(
                 "flow_summary", flow_id, tenant, any_tenant, conn=conn
             )

@@ -15,7 +15,9 @@ PRIORITY_MAX = 1_000_000_000
 MAX_DELAY_SECONDS = 100 * 365 * 24 * 3600  # beyond a century is a unit mistake, not a plan
 MAX_ATTEMPTS_LIMIT = 1_000_000
 MAX_LABEL_BYTES = 1024  # names and keys: btree entries must stay well under 2,700 bytes
-MAX_QUEUE_BYTES = 128
+MAX_QUEUE_BYTES = 1024
+"""A queue name is in unique indexes beside a key (MAX_LABEL_BYTES) and a tenant (256 bytes), and
+a btree entry must stay under PostgreSQL's 2,704 bytes."""
 
 
 def integer(option: str, value: Any, low: int, high: int) -> int:

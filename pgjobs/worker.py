@@ -23,14 +23,14 @@ from pgjobs.claimer import Claimer, handed_row
 from pgjobs.completer import Completer
 from pgjobs.config import cancels_channel, notify_channel
 from pgjobs.context import JobContext
-from pgjobs.errors import InvalidOption, PoolClosed
+from pgjobs.errors import InvalidOption, PendingPrerequisites, PoolClosed
 from pgjobs.executor import TRANSIENT_ERRORS, Database
 from pgjobs.kinds import Kind, Registry
 from pgjobs.lease import LeaseKeeper
 from pgjobs.models import ClaimedRow, Durability
 from pgjobs.notifier import Notifier
-from pgjobs.outcomes import Outcome
-from pgjobs.retrying import retry_delay, wait_or_stop
+from pgjobs.outcomes import Outcome, decide
+from pgjobs.retrying import Outage, retry_delay, wait_or_stop
 from pgjobs.schedules import Schedules
 from pgjobs.telemetry import Telemetry
 
@@ -59,6 +59,10 @@ refused: the job had been taken over)."""
 
 EventListener = Callable[[WorkerEvent, JobContext, dict[str, Any]], Any]
 RescueListener = Callable[[list[asyncpg.Record]], Any]
+ErrorListener = Callable[[BaseException], Any]
+RenewalListener = Callable[[list[JobContext]], Any]
+"""Called after each heartbeat with the jobs (running or claimed ahead) whose lease it
+renewed."""
 
 
 class WorkerOptions(TypedDict, total=False):
@@ -78,6 +82,9 @@ class WorkerOptions(TypedDict, total=False):
     name: str | None
     durability: Durability | str
     telemetry: Telemetry | None
+    deadline: float | None
+    on_error: ErrorListener | None
+    on_renewed: RenewalListener | None
 
 
 """Called with the jobs a rescue of this worker put back or failed: id, status (``pending``
@@ -119,6 +126,24 @@ class Worker:
 
     ``durability``: how the outcomes this worker writes commit (see Durability); ``async``
     may lose the outcomes of the last moments in a server crash, and those jobs run again.
+
+    A database gone silent: every statement of the worker's loops has a deadline
+    (``deadline`` seconds, default the connection's ``Timeouts.loop``, 10 s; never more than
+    the lease, and for a heartbeat never more than the heartbeat interval), after which its
+    connection is closed and the statement retried on a new one. A job whose lease runs out
+    before a heartbeat can renew it is no longer this worker's: its handler is cancelled (its
+    fenced writes refused from then on) and it is left to the stalled-job rescue. The worker
+    logs the outage once, calls ``on_error(error)`` once per outage, and claims again as soon
+    as the database answers.
+
+    ``on_renewed(contexts)`` hears of every heartbeat that renewed leases, with the jobs it
+    renewed (running or claimed ahead).
+
+    ``heartbeat_interval`` (default a third of the lease) may be at or past the lease: then
+    no lease is renewed in time, and a job that runs longer than its lease lapses as above
+    (its handler cancelled, the event ``lost``, the job left to the stalled-job rescue), as
+    BullMQ's ``lockRenewTime`` past ``lockDuration`` lets a lock expire. Nothing is claimed
+    ahead then (jobs waiting for a slot would lapse unrun): ``claim_ahead`` must be 0.
     """
 
     def __init__(
@@ -139,6 +164,9 @@ class Worker:
         name: str | None = None,
         durability: Durability | str = Durability.DURABLE,
         telemetry: Telemetry | None = None,
+        deadline: float | None = None,
+        on_error: ErrorListener | None = None,
+        on_renewed: RenewalListener | None = None,
     ) -> None:
         handled = [kind for kind in registry if kind.handler is not None]
         if not handled:
@@ -152,18 +180,38 @@ class Worker:
             )
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidOption("concurrency", f"must be an integer >= 1, got {concurrency!r}")
-        claim_ahead = CLAIM_AHEAD_PER_SLOT * concurrency if claim_ahead is None else claim_ahead
-        if isinstance(claim_ahead, bool) or not isinstance(claim_ahead, int) or claim_ahead < 0:
-            raise InvalidOption("claim_ahead", f"must be an integer >= 0, got {claim_ahead!r}")
         if not lease > 0:
             raise InvalidOption("lease", f"must be > 0 seconds, got {lease!r}")
         heartbeat_interval = lease / 3 if heartbeat_interval is None else heartbeat_interval
-        if not 0 < heartbeat_interval < lease:
-            raise InvalidOption("heartbeat_interval", f"must be > 0 and below the lease ({lease}s)")
+        if not heartbeat_interval > 0:
+            raise InvalidOption(
+                "heartbeat_interval", f"must be > 0 seconds, got {heartbeat_interval!r}"
+            )
+        lapsing = heartbeat_interval >= lease  # no lease is renewed in time
+        if claim_ahead is None:
+            claim_ahead = 0 if lapsing else CLAIM_AHEAD_PER_SLOT * concurrency
+        if isinstance(claim_ahead, bool) or not isinstance(claim_ahead, int) or claim_ahead < 0:
+            raise InvalidOption("claim_ahead", f"must be an integer >= 0, got {claim_ahead!r}")
+        if lapsing and claim_ahead:
+            raise InvalidOption(
+                "claim_ahead",
+                f"must be 0 with a heartbeat_interval at or past the lease ({lease}s): jobs "
+                "claimed ahead would lapse before they start",
+            )
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise InvalidOption("name", f"must be a non-empty string, got {name!r}")
         if not poll_interval > 0:
             raise InvalidOption("poll_interval", f"must be > 0 seconds, got {poll_interval!r}")
+        deadline = db.timeouts.loop if deadline is None else deadline
+        if isinstance(deadline, bool) or not isinstance(deadline, int | float) or not deadline > 0:
+            raise InvalidOption("deadline", f"must be > 0 seconds, got {deadline!r}")
+        self.deadline = min(float(deadline), float(lease))
+        """Seconds any statement of this worker's loops may go unanswered (heartbeats: also at
+        most the heartbeat interval)."""
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self._on_error = on_error
+        self._outage = Outage(logger, f"worker {self.name!r}", self._report_error)
+        db = db.with_deadline(self.deadline)
         self._db = db
         self._kinds: dict[str, Kind[Any]] = {kind.name: kind for kind in handled}
         self.concurrency = concurrency
@@ -182,6 +230,7 @@ class Worker:
             slots=concurrency,
             poll_interval=float(poll_interval),
             worker_id=worker_uuid,
+            outage=self._outage,
         )
         self._leases = LeaseKeeper(
             db,
@@ -193,10 +242,12 @@ class Worker:
             ),
             held=self._held,
             on_lost=self._taken_over,
+            on_lapsed=self._leases_lapsed,
             on_rescued=self._count_rescued,
+            outage=self._outage,
             on_beat=self._report_presence,
+            on_renewed=on_renewed,
         )
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self._advancing: dict[int, asyncio.Task[None]] = {}
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()  # a second stop(): release running handlers now
@@ -205,13 +256,16 @@ class Worker:
         self._paused = False
         self._until_drained = False
         self._running: dict[int, tuple[JobContext, asyncio.Task[None]]] = {}
+        self._settling = 0
+        """Slots held by jobs whose outcome, due again at once (an immediate retry), is being
+        written: the next claim then sees them among the queue's due jobs, in their place."""
         self._ahead: deque[tuple[JobContext, ClaimedRow]] = deque()  # claimed, not started
         self._tasks: set[asyncio.Task[None]] = set()
         self._releasing = False
         self._abandoning = False
         self.durability = validation.durability(durability)
         self._commit = validation.commit_setting(self.durability)
-        self._completer = Completer(db, self._lost, self._commit)
+        self._completer = Completer(db, self._lost, self._commit, self._outage)
         self._schedules = Schedules(db, registry)
         self._main: asyncio.Task[None] | None = None
         self._on_event = on_event
@@ -411,7 +465,7 @@ class Worker:
             return
         if self._claimer.handed(row["lock_token"]):
             self.stats.handed += 1
-            self.take([row])
+            self.take([row], time.monotonic())
 
     def _on_cancel(self, job_id: str | None) -> None:
         """A job was cancelled or purged while running: tell its handler now."""
@@ -431,18 +485,25 @@ class Worker:
         return sum(ctx.cancel(reason) for ctx, _ in list(self._running.values()))
 
     def free(self) -> int:
-        return self.concurrency - len(self._running)
+        """How many of the worker's slots are free (a slot whose job is due again at once is
+        free once that outcome is written)."""
+        return self.concurrency - len(self._running) - self._settling
 
     def running(self) -> bool:
+        """Whether any handler is running."""
         return bool(self._running)
 
     def working(self) -> bool:
+        """Whether any task of the worker (a handler, a schedule's advance) is still under way."""
         return bool(self._tasks)
 
-    def take(self, rows: list[ClaimedRow]) -> None:
+    def take(self, rows: list[ClaimedRow], leased_at: float) -> None:
+        """Accept claimed rows: each becomes a handler task as a slot frees (the rows beyond the
+        free slots wait, claimed ahead)."""
         for row in rows:
             self.stats.claimed += 1
-            self._ahead.append((JobContext(self._db, row, self.lease, self._commit), row))
+            ctx = JobContext(self._db, row, self.lease, self._commit, leased_at)
+            self._ahead.append((ctx, row))
         scheduled = [row for row in rows if row["schedule"] is not None]
         if scheduled:  # runs of materialized schedules: enqueue their next runs
             task = asyncio.create_task(self._advance_schedules(scheduled))
@@ -470,7 +531,7 @@ class Worker:
 
     def fill(self) -> None:
         """Start claimed jobs, best first, while slots are free."""
-        while self._ahead and len(self._running) < self.concurrency:
+        while self._ahead and self.free() > 0:
             ctx, row = self._ahead.popleft()
             task = asyncio.create_task(self._execute(ctx, row), name=f"pgjobs-job-{ctx.id}")
             self._running[ctx.id] = (ctx, task)
@@ -525,7 +586,7 @@ class Worker:
 
     async def _execute(self, ctx: JobContext, row: ClaimedRow) -> None:
         kind = self._kinds[ctx.kind]
-        outcome: Outcome | None
+        outcome: Outcome | None = None
         if self._on_event is not None:
             self._emit("active", ctx, {})
         started = time.monotonic()
@@ -547,7 +608,25 @@ class Worker:
         finally:
             self._claimer.record_run(time.monotonic() - started)
             self._running.pop(ctx.id, None)
-            self._claimer.wake.set()
+            # A job due again at once (a retry without backoff) keeps its slot until that is
+            # written, so that the claim the slot makes sees it (a higher-priority retry runs
+            # before lower-priority jobs that came due meanwhile); a failure path only: a
+            # completion or a retry after a backoff frees the slot as the handler returns.
+            settling = _due_at_once(outcome)
+            if settling:
+                self._settling += 1
+            else:
+                self._claimer.wake.set()
+        try:
+            await self._write_outcome(ctx, row, outcome)
+        finally:
+            if settling:
+                self._settling -= 1
+                self._claimer.wake.set()
+
+    async def _write_outcome(
+        self, ctx: JobContext, row: ClaimedRow, outcome: Outcome | None
+    ) -> None:
         if outcome is None:
             if ctx.completed:  # by ctx.completing(), in the handler's own transaction
                 self.stats.completed += 1
@@ -558,9 +637,15 @@ class Worker:
             return
         try:
             written = await self._completer.submit(outcome)
+            if written == "refused":
+                # It returned with prerequisites still pending (attached while it ran): the
+                # completion was refused, and the attempt fails as if it had raised that.
+                refusal = PendingPrerequisites(ctx.id)
+                outcome = decide(ctx, row["backoff"], refusal)
+                written = await self._completer.submit(outcome)
         except Exception:  # logged by the completer; the lease brings the job back
             return
-        if written:
+        if written == "written":
             self._count(outcome)
             _log_outcome(ctx, outcome)
             if self._on_event is not None:
@@ -631,8 +716,9 @@ class Worker:
     # -- leases (the lease keeper's side) ---------------------------------------------------
 
     def _held(self) -> list[JobContext]:
-        """Jobs whose lease to renew: running ones not yet completed, and those claimed ahead."""
-        held = [c for c, _ in self._running.values() if not c.completed]
+        """Jobs whose lease to renew: running ones not yet completed nor lost, and those
+        claimed ahead."""
+        held = [c for c, _ in self._running.values() if not c.completed and not c.lost]
         return held + [c for c, _ in self._ahead]
 
     def _taken_over(self, ctx: JobContext) -> None:
@@ -649,6 +735,42 @@ class Worker:
             self.stats.lost += 1
             logger.warning("job %s: lost ownership before it started", ctx.id)
 
+    def _leases_lapsed(self, lapsed: list[JobContext]) -> None:
+        """The leases of ``lapsed`` ran out before a heartbeat could renew them (the database
+        is out of reach): another worker may rescue those jobs, so this one stops acting as
+        their owner. A handler is cancelled (its context refuses fenced writes); a job claimed
+        ahead is forgotten. Both are left to the stalled-job rescue."""
+        ids = []
+        for ctx in lapsed:
+            ctx.lost = True
+            ids.append(ctx.id)
+            running = self._running.get(ctx.id)
+            if running is not None and running[0] is ctx:
+                running[1].cancel()
+            elif any(item[0] is ctx for item in self._ahead):
+                self._ahead = deque(item for item in self._ahead if item[0] is not ctx)
+                self.stats.lost += 1
+        logger.warning(
+            "worker %r: the lease of %d job(s) ran out before a heartbeat could renew it (%s): "
+            "they are no longer this worker's; their handlers are stopped and the jobs are "
+            "left to the stalled-job rescue",
+            self.name,
+            len(ids),
+            ", ".join(map(str, ids[:20])) + (" ..." if len(ids) > 20 else ""),
+            extra={"job_ids": ids, "outcome": "lapsed"},
+        )
+
+    def _report_error(self, error: BaseException) -> None:
+        """The first failure of an outage: tell ``on_error`` (a listener's own error is
+        logged)."""
+        if self._on_error is None:
+            return
+        result = self._on_error(error)
+        if asyncio.iscoroutine(result):
+            task = asyncio.ensure_future(result)
+            self._tasks.add(task)
+            task.add_done_callback(self._listener_done)
+
     def _count_rescued(self, rescued: list[asyncpg.Record]) -> None:
         self.stats.rescued += len(rescued)
         if self._on_rescue is not None:
@@ -660,6 +782,11 @@ class Worker:
                     task.add_done_callback(self._listener_done)
             except Exception:
                 logger.exception("on_rescue listener failed")
+
+
+def _due_at_once(outcome: Outcome | None) -> bool:
+    """Whether ``outcome`` makes its job pending and due now (not kept in its place)."""
+    return outcome is not None and outcome.status == "pending" and outcome.delay == 0
 
 
 def _given_back(ctx: JobContext) -> Outcome:

@@ -56,12 +56,20 @@ async def pool(pg_dsn: str, schema_name: str) -> AsyncIterator[asyncpg.Pool]:
     try:
         yield pool
     finally:
+        # Close the pool before dropping the schema, so that nothing a test left running can
+        # write into the schema while it is dropped; a test that failed may have left a worker
+        # holding connections: do not hang on it.
         try:
-            # A test that failed may have left a worker holding connections: do not hang on it.
-            await asyncio.wait_for(pool.execute(f"DROP SCHEMA IF EXISTS {schema_name} CASCADE"), 30)
             await asyncio.wait_for(pool.close(), 10)
         except TimeoutError:
             pool.terminate()
+        dropper = await asyncpg.connect(pg_dsn)
+        try:
+            await asyncio.wait_for(
+                dropper.execute(f"DROP SCHEMA IF EXISTS {schema_name} CASCADE"), 30
+            )
+        finally:
+            await dropper.close()
 
 
 @pytest.fixture
@@ -88,7 +96,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--reliability-report",
         action="store_true",
-        help="write the reliability scenarios' figures into README.md's reliability section",
+        help="write the reliability scenarios' figures into docs/guarantees.md's table",
     )
 
 
@@ -108,6 +116,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         finally:
             await conn.close()
 
-    readme = Path(__file__).resolve().parents[1] / "README.md"
-    figures.write_into(readme, figures.render(figures.RECORDED, asyncio.run(server_version())))
-    print(f"\nreliability figures written into {readme}")
+    page = Path(__file__).resolve().parents[1] / "docs" / "guarantees.md"
+    figures.write_into(page, figures.render(figures.RECORDED, asyncio.run(server_version())))
+    print(f"\nreliability figures written into {page}")

@@ -4,7 +4,9 @@ tests of what most managed setups put between workers and the database. Debian's
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -61,6 +63,19 @@ def _answers(port: int) -> bool:
         return False
 
 
+def _user_for(socket_dir: str | None) -> str:
+    """Whom pgbouncer runs as when started by root (it refuses to run as root): the owner of
+    the server's socket directory, when the server listens on a socket in a directory only
+    its own user may enter (the embedded server as root: its data directory, mode 0700, owned
+    by the user it runs as); nobody otherwise."""
+    if socket_dir is not None:
+        with contextlib.suppress(OSError, KeyError):
+            owner = os.stat(socket_dir).st_uid
+            if owner != 0:
+                return pwd.getpwuid(owner).pw_name
+    return "nobody"
+
+
 @contextmanager
 def pgbouncer(pg_dsn: str) -> Iterator[str]:
     """Run a pgbouncer (transaction mode) in front of ``pg_dsn``'s server; yields the DSN that
@@ -72,7 +87,7 @@ def pgbouncer(pg_dsn: str) -> Iterator[str]:
     user = parts.username or "postgres"
     listen_port = _free_port()
     workdir = Path(tempfile.mkdtemp(prefix="pgjobs-pgbouncer-"))
-    workdir.chmod(0o755)  # pgbouncer refuses to run as root: as root it runs as nobody
+    workdir.chmod(0o755)  # as root, pgbouncer runs as another user (_user_for), who reads it
     auth_file = workdir / "userlist.txt"
     auth_file.write_text(f'"{user}" ""\n')
     config = workdir / "pgbouncer.ini"
@@ -83,7 +98,7 @@ def pgbouncer(pg_dsn: str) -> Iterator[str]:
         path.chmod(0o644)
     command = [_binary(), str(config)]
     if os.geteuid() == 0:
-        command[1:1] = ["-u", "nobody"]
+        command[1:1] = ["-u", _user_for(socket_dir)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 10

@@ -691,6 +691,8 @@ def create_app(
         Route("/queues/{queue:str}/purge", d.purge, methods=["POST"]),
         Route("/queues/{queue:str}/bulk", d.bulk, methods=["POST"]),
         Route("/queues/{queue:str}/{action:str}", d.queue_action, methods=["POST"]),
+        # A queue named with '/' typed as it reads (the links quote it): its page, not a 405.
+        Route("/queues/{queue:path}", d.queue_jobs, methods=["GET"]),
         Route("/health", d.health),
         Route("/static/live.js", d.live_script),
         Route("/metrics", d.prometheus),

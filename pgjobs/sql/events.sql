@@ -1,4 +1,4 @@
--- The job event log (migration 0004). Readers follow it in (txid, id) order and only read
+-- The job event log (table job_events). Readers follow it in (txid, id) order and only read
 -- transactions older than the oldest one still running, so nothing lands behind a cursor.
 
 -- name: publish_event
@@ -11,7 +11,7 @@ WITH ins AS (
 SELECT pg_notify($5, queue) FROM ins;
 
 -- name: register_event_reader
--- Reader $1 follows queues $2 for $3 seconds: writes of their events notify it (migration 0021,
+-- Reader $1 follows queues $2 for $3 seconds: writes of their events notify it (event_readers,
 -- sql/schema/wake.sql). Returns the server's incarnation and how far its WAL is on disk
 -- (sql/schema/event_positions.sql).
 SELECT {schema}.current_incarnation()::text AS incarnation,
@@ -39,7 +39,7 @@ RETURNING {schema}.current_incarnation()::text AS incarnation;
 -- name: read_events
 -- Up to $5 events of queues $1 after cursor ($2, $3, $8), skipping transactions visible in
 -- snapshot $4 (when given), scoped to tenant $7 unless $6, if the server's incarnation is still
--- $9. A row of several jobs' 'added' events (`added`, migration 0018) gives one event per job,
+-- $9. A row of several jobs' 'added' events (column `added`) gives one event per job,
 -- `part` its position (from 1); any other row is one event, part 0.
 -- The first row always carries the incarnation, the WAL insert position after every commit
 -- the read can see, and how far the WAL is on disk (sql/schema/event_positions.sql); with no
@@ -105,7 +105,7 @@ SELECT coalesce(sum(events), 0)::bigint FROM gone;
 
 -- name: trim_events
 -- Keep the newest $1 events of each queue, and none older than $2 seconds; returns how many
--- went. A row of several jobs' events (migration 0018) counts as that many and goes whole,
+-- went. A row of several jobs' events (column `added`) counts as that many and goes whole,
 -- once the newer rows hold $1 events.
 WITH gone AS (
 DELETE FROM {schema}.job_events e

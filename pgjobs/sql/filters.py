@@ -165,6 +165,17 @@ def where(
     if f.status is not None:
         clauses.sql.append(status_predicate(_statuses(f.status), alias))
     clauses.apply(_JOB_RULES, f)
+    if f.pending_run is not None:
+        if schema is None:
+            raise InvalidOption("pending_run", "is not supported by this operation")
+        if not isinstance(f.pending_run, bool):
+            raise InvalidOption("pending_run", f"must be True or False, got {f.pending_run!r}")
+        # A hashed subplan: the schedules' pending runs are read once per statement.
+        clauses.add(
+            "({a}.id IN (SELECT sc.pending_job_id FROM {s}.schedules sc"
+            " WHERE sc.pending_job_id IS NOT NULL)) = {p}::bool",
+            f.pending_run,
+        )
     if f.sub_state is not None:
         if schema is None:
             raise InvalidOption("sub_state", "is not supported by this operation")

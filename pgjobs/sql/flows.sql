@@ -53,6 +53,14 @@ FROM src ORDER BY src.ord;
 INSERT INTO {schema}.job_edges (prerequisite_id, dependent_id, policy)
 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[]);
 
+-- name: uncount_edges
+-- The jobs $1, just written by this transaction counting every edge of their flow, stop
+-- counting one edge per entry (those from reused existing jobs, which attach_prerequisites
+-- counts as it writes them: Flows.submit with reuse).
+UPDATE {schema}.jobs d SET pending_deps = d.pending_deps - n.edges
+FROM (SELECT u.id, count(*)::int AS edges FROM unnest($1::bigint[]) AS u(id) GROUP BY u.id) n
+WHERE d.id = n.id;
+
 -- name: lock_flow
 -- Every job of flow $1 (tenant-scoped), locked in id order: nothing can claim or finish them
 -- until the re-drive commits.
@@ -67,7 +75,8 @@ FOR UPDATE;
 WITH redriven AS (
     UPDATE {schema}.jobs j
     SET status = 'pending', attempts = 0, deferrals = 0, stalls = 0, run_at = now(),
-        finished_at = NULL, lock_token = NULL, locked_until = NULL
+        finished_at = NULL, lock_token = NULL, locked_until = NULL,
+        last_error = j.last_error - 'deferred'  -- a re-drive runs it (rescue_stalled_jobs.sql)
     WHERE j.flow_id = $1 AND j.status IN ('dead', 'cancelled')
     RETURNING j.id, j.queue
 ),
@@ -172,8 +181,26 @@ SELECT CASE WHEN $5::bool OR NOT EXISTS (SELECT FROM {schema}.jobs j
             ELSE false END;
 
 -- name: dependents_of
--- The jobs that wait for job $1 (tenant-scoped by $2/$3), with the state of each edge.
-SELECT e.dependent_id AS id, e.policy, e.state FROM {schema}.job_edges e
+-- The jobs that wait for job $1 (tenant-scoped by $2/$3), with the state of each edge and
+-- the dependent's queue and job key (NULL when the dependent is gone).
+SELECT e.dependent_id AS id, e.policy, e.state, d.queue, d.job_key FROM {schema}.job_edges e
 JOIN {schema}.jobs j ON j.id = e.prerequisite_id
+LEFT JOIN {schema}.jobs d ON d.id = e.dependent_id
 WHERE e.prerequisite_id = $1 AND ($3::bool OR j.tenant IS NOT DISTINCT FROM $2::text)
 ORDER BY e.dependent_id;
+
+-- name: remove_job_tree
+-- Delete job $1 (tenant-scoped by $2/$3) and every job it waits for, transitively; NULL when
+-- one of them is held by a worker (nothing deleted); $4: channel. See remove_job_tree.sql.
+SELECT {schema}.remove_job_tree($1::bigint, $2::text, $3::bool, $4::text);
+
+-- name: serialise_attaches
+-- For add_prerequisite's sole_dependent: serialise the attaches of an existing prerequisite
+-- $1 (an advisory lock held to commit); the statement after it reads with a fresh snapshot.
+SELECT pg_advisory_xact_lock(hashtextextended('pgjobs:{schema}:sole-dependent:' || $1::bigint, 0));
+
+-- name: other_dependent
+-- An existing job other than $2 that already waits for job $1 (none: no row).
+SELECT e.dependent_id FROM {schema}.job_edges e JOIN {schema}.jobs d ON d.id = e.dependent_id
+WHERE e.prerequisite_id = $1 AND e.dependent_id <> $2
+ORDER BY e.dependent_id LIMIT 1;

@@ -3,7 +3,7 @@
 
 -- fragment: in_flight
 -- A job `j` pending or running, spelled as the predicates of the partial indexes that hold such
--- jobs (migration 0020): ready or delayed (jobs_claim_idx), behind prerequisites
+-- jobs (0001_baseline.sql): ready or delayed (jobs_claim_idx), behind prerequisites
 -- (jobs_waiting_children_idx), running (jobs_running_idx), so the planner combines them.
 -- sql/filters.py's STATUS_PREDICATES spell 'pending' and 'running' the same way.
 (j.status = 'running' OR (j.status = 'pending' AND j.pending_deps = 0)
@@ -17,7 +17,7 @@ id, queue, name, job_key, tenant, pending_deps, run_at, priority, record_events
 -- The 'added' events of the inserted jobs that record events (the statement's CTE `ins`
 -- returns inserted_columns): written by the inserting statement itself
 -- (sql/schema/job_events.sql says why), as one row per queue and tenant holding its jobs in id
--- order (migration 0018); the rows in the order of their first job. Returns each row's queue,
+-- order (column `added`); the rows in the order of their first job. Returns each row's queue,
 -- for the statement to notify the readers (sql/schema/wake.sql).
 added AS (
     INSERT INTO {schema}.job_events (queue, tenant, event, added)

@@ -100,3 +100,16 @@ FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS k(source, sou
 LEFT JOIN {schema}.imports i ON i.source = k.source AND i.source_id = k.source_id
 LEFT JOIN {schema}.jobs j ON j.id = i.job_id
 ORDER BY k.n;
+
+-- name: assign_job_keys
+-- Give each job of queue $1 among ids $2 that has no job key the key of a newly drawn job id
+-- (one no job will ever have as its id); returns those jobs' ids and new keys.
+UPDATE {schema}.jobs j SET job_key = nextval('{schema}.jobs_id_seq')::text
+WHERE j.queue = $1 AND j.id = ANY($2::bigint[]) AND j.job_key IS NULL
+RETURNING j.id, j.job_key;
+
+-- name: import_sources
+-- How many ledger records each source whose name starts with $1 has.
+SELECT source, count(*) AS records FROM {schema}.imports
+WHERE left(source, length($1::text)) = $1::text
+GROUP BY source ORDER BY source;

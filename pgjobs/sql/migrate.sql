@@ -15,13 +15,13 @@ CREATE TABLE IF NOT EXISTS {schema}.migrations (
 );
 
 -- name: applied_versions
-SELECT version FROM {schema}.migrations;
+SELECT version, name FROM {schema}.migrations;
 
 -- name: record_version
 INSERT INTO {schema}.migrations (version, name) VALUES ($1, $2);
 
 -- name: recorded_digest
--- The digest of the definitions last applied (the table exists from migration 0010 on).
+-- The digest of the definitions last applied (the table is created by 0001_baseline).
 SELECT digest FROM {schema}.schema_definitions;
 
 -- name: record_digest
@@ -29,8 +29,7 @@ INSERT INTO {schema}.schema_definitions (singleton, digest) VALUES (true, $1)
 ON CONFLICT (singleton) DO UPDATE SET digest = excluded.digest, applied_at = now();
 
 -- name: ledger_tables
--- Which of the ledger tables exist (a schema never migrated has neither; one migrated before
--- 0010 has no definitions digest).
+-- Which of the ledger tables exist (a schema never migrated has neither).
 SELECT to_regclass('{schema}.migrations') IS NOT NULL AS versions,
        to_regclass('{schema}.schema_definitions') IS NOT NULL AS definitions;
 

@@ -23,7 +23,10 @@ SELECT pg_notify($2, q) FROM unnest($1::text[]) AS q;
 
 -- name: requeue_where
 -- A manual re-drive of finished jobs matching {where}: due now, and a new life cycle (attempts,
--- deferrals and stalls reset) unless $1 is false (they are kept: the next run counts on). A job whose dedup key another in-flight job holds is skipped, and of several
+-- deferrals and stalls reset) unless $1 is false (they are kept: the next run counts on). With $2
+-- the finished run's outcome goes too (started_at, output, and the last_error of a job that did
+-- not complete: a completed job keeps its last failed attempt's), else it stays readable. A job
+-- whose dedup key another in-flight job holds is skipped, and of several
 -- matching jobs sharing a key only the newest is re-driven. Blocked edges it failed stay
 -- counted and are reopened. The job's own count of open prerequisites is kept as it is: it is
 -- exact in every status (resolve_dependents keeps it whatever the dependent's status).
@@ -49,7 +52,12 @@ redriven AS (
         locked_until = NULL,
         attempts = CASE WHEN $1::bool THEN 0 ELSE j.attempts END,
         deferrals = CASE WHEN $1::bool THEN 0 ELSE j.deferrals END,
-        stalls = CASE WHEN $1::bool THEN 0 ELSE j.stalls END
+        stalls = CASE WHEN $1::bool THEN 0 ELSE j.stalls END,
+        started_at = CASE WHEN $2::bool THEN NULL ELSE j.started_at END,
+        output = CASE WHEN $2::bool THEN NULL ELSE j.output END,
+        -- a re-drive runs it: 'deferred' goes (rescue_stalled_jobs.sql)
+        last_error = CASE WHEN $2::bool AND j.status <> 'completed' THEN NULL
+                          ELSE j.last_error - 'deferred' END
     FROM one_per_key o WHERE j.id = o.id
     RETURNING j.id, j.queue
 ),
@@ -75,7 +83,19 @@ WHERE id = $1 AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text)
 RETURNING id;
 
 -- name: change_priority
-UPDATE {schema}.jobs SET priority = $4
+-- Set job $1's priority to $4 (tenant $2, or any with $3). A job waiting its turn (pending, due,
+-- no open prerequisites) is placed among the jobs of that priority by $5: 'first' (due at a
+-- time mirrored about 2000-01-01, as a LIFO enqueue is: before every job enqueued before),
+-- 'last' (due now: after every job already due), 'keep' (its due time).
+UPDATE {schema}.jobs
+SET priority = $4,
+    run_at = CASE WHEN status = 'pending' AND pending_deps = 0 AND run_at <= now()
+                  THEN CASE $5::text
+                       WHEN 'first' THEN timestamptz '2000-01-01 00:00:00+00'
+                                         - (clock_timestamp() - timestamptz '2000-01-01 00:00:00+00')
+                       WHEN 'last' THEN now()
+                       ELSE run_at END
+                  ELSE run_at END
 WHERE id = $1 AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text)
 RETURNING id;
 
@@ -129,17 +149,21 @@ OFFSET $4 LIMIT $5;
 
 -- name: purge_lock
 -- Lock the rows a purge will delete, in id order so that concurrent purges cannot deadlock on
--- them. Running rows are included only with the cancel policy ($1); otherwise they are not
--- locked at all, so their workers' completions proceed.
+-- them. Running rows are included with the cancel policy ($1), and with the expired policy
+-- those whose lease has run out; the others are not locked at all, so their workers'
+-- completions proceed. (A worker renewing a lease past this check finds its job gone: its
+-- fenced writes are no-ops.)
 SELECT j.id FROM {schema}.jobs j
-WHERE {where} AND (j.status <> 'running' OR $1::bool)
+WHERE {where}
+  AND (j.status <> 'running' OR $1::text = 'cancel'
+       OR ($1::text = 'expired' AND j.locked_until < now()))
 ORDER BY j.id
 FOR UPDATE;
 
 -- name: remove_jobs
 -- Delete the jobs $1 (locked by purge_lock), resolving their dependents first; $2: channel;
--- $3: without their 'removed' events.
-SELECT {schema}.remove_jobs($1::bigint[], $2::text, $3::bool);
+-- $3: without their 'removed' events; $4: with the dependents left waiting for them alone.
+SELECT {schema}.remove_jobs($1::bigint[], $2::text, $3::bool, $4::bool);
 
 -- name: count_running_where
 SELECT count(*) FROM {schema}.jobs j WHERE {where} AND j.status = 'running';

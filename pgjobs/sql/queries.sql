@@ -98,10 +98,14 @@ FROM src;
 -- The claim commits without waiting for the WAL flush (synchronous_commit off for this
 -- transaction only): a claim lost in a server crash only means the job is handed out again,
 -- which at-least-once delivery allows anyway (and a lease expiry does too). Enqueues and
--- outcomes stay durable.
+-- outcomes stay durable. A job whose failure a stall deferred comes with it
+-- (deferred_failure, rescue_stalled_jobs.sql). A job run before brings its last error without
+-- its traceback (last_error; NULL on a first run: a fresh job's claim costs one NULL more).
 SELECT c.id, c.queue, c.kind, c.name, c.payload, c.priority, c.run_at, c.attempts,
        c.max_attempts, c.deferrals, c.max_deferrals, c.backoff, c.lock_token, c.tenant,
-       c.metadata, c.flow_id, c.progress, c.job_key, c.created_at, c.schedule
+       c.metadata, c.flow_id, c.progress, c.job_key, c.created_at, c.schedule, c.stalls,
+       CASE WHEN c.last_error ? 'deferred' THEN c.last_error END AS deferred_failure,
+       c.last_error - 'traceback' AS last_error
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
      LATERAL {schema}.claim_jobs($1::text[], $2::text[], $3::int, $4::float8, $5::int) AS c;
 
@@ -111,7 +115,9 @@ FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
 -- sql/schema/hand_offs.sql). The hand-offs it had not seen come first.
 SELECT c.id, c.queue, c.kind, c.name, c.payload, c.priority, c.run_at, c.attempts,
        c.max_attempts, c.deferrals, c.max_deferrals, c.backoff, c.lock_token, c.tenant,
-       c.metadata, c.flow_id, c.progress, c.job_key, c.created_at, c.schedule
+       c.metadata, c.flow_id, c.progress, c.job_key, c.created_at, c.schedule, c.stalls,
+       CASE WHEN c.last_error ? 'deferred' THEN c.last_error END AS deferred_failure,
+       c.last_error - 'traceback' AS last_error
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
      LATERAL {schema}.claim_for_worker($6::uuid, $7::uuid[], $1::text[], $2::text[], $3::int,
                                        $4::float8, $5::int) AS c;
@@ -121,7 +127,9 @@ FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
 -- tokens it has), to be given back.
 SELECT c.id, c.queue, c.kind, c.name, c.payload, c.priority, c.run_at, c.attempts,
        c.max_attempts, c.deferrals, c.max_deferrals, c.backoff, c.lock_token, c.tenant,
-       c.metadata, c.flow_id, c.progress, c.job_key, c.created_at, c.schedule
+       c.metadata, c.flow_id, c.progress, c.job_key, c.created_at, c.schedule, c.stalls,
+       CASE WHEN c.last_error ? 'deferred' THEN c.last_error END AS deferred_failure,
+       c.last_error - 'traceback' AS last_error
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
      LATERAL {schema}.withdraw_idle_worker($1::uuid, $2::uuid[]) AS c;
 
@@ -133,7 +141,8 @@ FROM {schema}.idle_state($1::text[], $2::text[], $3::uuid, $4::int, $5::float8, 
                          $7::text);
 
 -- name: finish
--- Write outcomes fenced by lock token; resolve flow dependents; returns the ids written. $10:
+-- Write outcomes fenced by lock token; resolve flow dependents; returns the ids written (an
+-- id negated: a completion refused, the job having pending prerequisites). $10:
 -- synchronous_commit, as for enqueue_one.
 SELECT f.id
 FROM (SELECT CASE WHEN $10::text IS NOT NULL
@@ -185,6 +194,14 @@ SELECT id, status, queue, job_key FROM {schema}.rescue_stalled_jobs($1::int, $2:
 UPDATE {schema}.jobs
 SET progress = $3::text::jsonb, heartbeat_at = now(),
     locked_until = now() + make_interval(secs => $4::float8)
+WHERE id = $1 AND lock_token = $2 AND status = 'running'
+RETURNING id;
+
+-- name: set_retention_fenced
+-- Fenced: replace the retention rules $3 names (keys "completed", "dead") of running job $1,
+-- keeping the rule of a status $3 does not name. Returns the id when still owned.
+UPDATE {schema}.jobs
+SET retention = coalesce(retention, '{}'::jsonb) || $3::text::jsonb
 WHERE id = $1 AND lock_token = $2 AND status = 'running'
 RETURNING id;
 

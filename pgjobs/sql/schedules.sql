@@ -1,7 +1,7 @@
 -- Schedules: cron or interval, typed, upserted by name. Emission is decided by locking due rows
 -- with SKIP LOCKED and advancing next_run_at in the transaction that enqueues the job; the
 -- emitted job also carries a job key made of the schedule name and tick, so even a replayed
--- emission cannot make a second job for one tick. A materialized schedule (migration 0013)
+-- emission cannot make a second job for one tick. A materialized schedule (schedules.materialized)
 -- instead keeps its next run as a pending job, replaced under the schedule's row lock.
 
 -- name: upsert_schedule
@@ -56,8 +56,15 @@ WHERE name = $1;
 UPDATE {schema}.jobs SET schedule = $2 WHERE id = $1;
 
 -- name: remove_unstarted_job
--- Delete job $1 if it has not started (a pending run replaced by an upsert).
-DELETE FROM {schema}.jobs WHERE id = $1 AND status = 'pending' AND attempts = 0 RETURNING id;
+-- Delete job $1 if it has not started (a pending run replaced by an upsert); with $2 (a
+-- priority), not if it is due, of that priority, in a paused queue (Schedules.upsert's
+-- keep_waiting_run).
+DELETE FROM {schema}.jobs j
+WHERE j.id = $1 AND j.status = 'pending' AND j.attempts = 0
+  AND NOT ($2::int IS NOT NULL AND j.priority = $2::int AND j.pending_deps = 0
+           AND j.run_at <= now()
+           AND EXISTS (SELECT FROM {schema}.queue_settings q WHERE q.queue = j.queue AND q.paused))
+RETURNING j.id;
 
 -- name: remove_schedule
 -- Remove schedule $1 and, for a materialized one, its pending run unless it has started.

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
+import pgjobs
 from bullmq_compat import Queue, Worker
+from bullmq_compat.mapping import KIND
 from pgjobs import InvalidOption
 
 
@@ -196,4 +198,49 @@ async def test_update_data_jsonb_cannot_hold_names_the_data(opts: dict[str, Any]
         await added.updateData({"s": "a\x00b"})
     found = await queue.getJob(added.id)
     assert found is not None and found.data == {"s": "plain"}  # nothing half-written
+    await queue.close()
+
+
+async def test_a_qualified_queue_name_past_1024_bytes_is_refused_by_name(
+    opts: dict[str, Any],
+) -> None:
+    """PORTING's kept divergence: Redis takes any length; the engine's unique indexes hold a
+    queue beside a jobId and a tenant, so prefix, ':' and name take 1,024 bytes at most."""
+    longest = Queue("q" * (1024 - len("bull:")), opts)
+    try:
+        assert (await longest.add("fits", {})).id
+    finally:
+        await longest.close()
+    with pytest.raises(InvalidOption, match="'name'"):
+        Queue("q" * (1025 - len("bull:")), opts)
+
+
+async def test_automatic_ids_come_from_one_counter_for_all_queues(opts: dict[str, Any]) -> None:
+    """A kept divergence (PORTING, "Job ids"): BullMQ counts ids per queue, so two queues'
+    first jobs are both "1"; here an automatic id is the engine's, unique across queues, and
+    getJob still looks in its own queue only."""
+    first, second = Queue("ids-a", opts), Queue("ids-b", opts)
+    a = await first.add("x", {"q": "a"})
+    b = await second.add("x", {"q": "b"})
+    assert a.id.isdigit() and b.id.isdigit() and int(b.id) > int(a.id)
+    assert (await first.getJob(a.id)).data == {"q": "a"}  # type: ignore[union-attr]
+    assert await first.getJob(b.id) is None and await second.getJob(a.id) is None
+    await first.close()
+    await second.close()
+
+
+async def test_a_key_that_is_an_automatic_id_of_the_queue_wins_over_the_engine_id(
+    opts: dict[str, Any],
+) -> None:
+    """A job a migration brought with numeric id N is getJob(N), even where the engine's job N
+    of the same queue exists (the migration gives that one a new id; this is the rule that
+    makes the moved job win while the two overlap)."""
+    queue = Queue("ids-c", opts)
+    engine = await queue.engine()
+    own = await queue.add("own", {"side": "postgres"})
+    await engine.import_jobs(
+        [pgjobs.ImportedJob(pgjobs.JobSpec(KIND, {"side": "redis"}, queue=queue.qualifiedName,
+                                           job_key=own.id, name="moved"))]
+    )  # fmt: skip
+    assert (await queue.getJob(own.id)).name == "moved"  # type: ignore[union-attr]
     await queue.close()

@@ -91,8 +91,9 @@ async def test_queue_events_in_order_with_bullmq_payloads(opts: dict) -> None:
     assert of_ok[3][1] == {"jobId": ok.id, "data": {"pct": 50}}
     assert of_ok[4][1] == {"jobId": ok.id, "returnvalue": 20, "prev": "active"}
     of_bad = [n for n, a in recorder.seen if a.get("jobId") == bad.id]
-    # the stream's failed fires on the final failure only, then retries-exhausted
-    assert of_bad == ["added", "waiting", "active", "progress", "delayed", "active",
+    # the stream's failed fires on the final failure only, then retries-exhausted; the retry
+    # waits out its backoff (delayed) and is promoted (waiting) before it runs, as in BullMQ
+    assert of_bad == ["added", "waiting", "active", "progress", "delayed", "waiting", "active",
                       "progress", "failed", "retries-exhausted"]  # fmt: skip
     failed = next(a for n, a in recorder.seen if n == "failed")
     assert failed == {"jobId": bad.id, "failedReason": "zero", "prev": "active"}

@@ -134,7 +134,7 @@ async def test_continue_parent_runs_while_another_child_is_pending(opts: dict) -
 
 async def test_conflicting_failure_options_are_refused(opts: dict) -> None:
     producer = FlowProducer(opts)
-    with pytest.raises(ValueError, match="cannot be combined"):
+    with pytest.raises(ValueError, match="cannot be used together"):
         await producer.add(
             {
                 "name": "p",
@@ -235,8 +235,9 @@ async def test_a_flows_jobs_read_as_the_adds_of_their_queues_with_their_own_opts
     opts: dict,
 ) -> None:
     """The jobs FlowProducer.add returns read field for field as ``Queue.add`` of the same
-    node would return them (but the id, the name, the data and the timestamp), across queues
-    and with or without options; each has its own ``opts`` and ``stacktrace``."""
+    node would return them (but the id, the name, the data and the timestamp, and a child's
+    parent: ``opts.parent``, ``parent`` and ``parentKey``, as BullMQ sets them), across
+    queues and with or without options; each has its own ``opts`` and ``stacktrace``."""
     producer = FlowProducer(opts)
     tree = await producer.add(
         {
@@ -264,16 +265,24 @@ async def test_a_flows_jobs_read_as_the_adds_of_their_queues_with_their_own_opts
         (child, queue, f"c{i}", {"i": i}, {"attempts": 3} if i == 2 else None)
         for i, (child, queue) in enumerate(zip(tree["children"], child_queues, strict=True))
     ]
+    root = tree["job"]
+    parent = {"id": root.id, "queue": "bull:flow-built-a"}
     for node, queue_name, name, data, job_opts in nodes:
         job = node["job"]
         single = await queues[queue_name].add(name, data, job_opts)
         assert (job.name, job.data, job.id) == (name, data, str(job.engine_id))
         assert (job.queue.name, job.queueQualifiedName) == (queue_name, f"bull:{queue_name}")
+        if job is not root:
+            assert job.opts == {**single.opts, "parent": parent}
+            assert job.parent == {"id": root.id, "queueKey": "bull:flow-built-a"}
+            assert job.parentKey == f"bull:flow-built-a:{root.id}"
         fields = [k for k in vars(single) if k not in own]
+        if job is not root:
+            fields = [k for k in fields if k not in ("opts", "parent", "parentKey")]
         assert {k: getattr(job, k) for k in fields} == {k: getattr(single, k) for k in fields}
     first, last = tree["children"][0]["job"], tree["children"][3]["job"]
     first.opts["attempts"] = 9
     first.stacktrace.append("trace")
-    assert (last.opts, last.stacktrace) == (single.opts, [])
+    assert (last.opts, last.stacktrace) == ({**single.opts, "parent": parent}, [])
     for queue in queues.values():
         await queue.close()

@@ -328,12 +328,8 @@ async def test_unsupported_options_say_what_to_use(opts: dict) -> None:
     queue = Queue("unsupported", opts)
     with pytest.raises(ValueError, match="upsertJobScheduler"):
         await queue.add("x", {}, {"repeat": {"every": 1000}})
-    with pytest.raises(ValueError, match="keepLastIfActive"):
-        await queue.add("x", {}, {"deduplication": {"id": "k", "keepLastIfActive": True}})
     with pytest.raises(ValueError, match="debounce"):
         await queue.add("x", {}, {"debounce": {"id": "k", "ttl": 10}})
-    with pytest.raises(ValueError, match="need a ttl"):
-        await queue.add("x", {}, {"deduplication": {"id": "k", "extend": True}})
     with pytest.raises(ValueError, match="priority"):
         await queue.add("x", {}, {"priority": -1})
     with pytest.raises(ValueError, match="cannot be integers"):

@@ -215,6 +215,8 @@ async def test_a_queue_whose_name_holds_a_slash_or_a_percent_has_its_pages(
         pause = await client.post(link.group(1) + "/pause", data={"csrf": csrf_of(home)})
         assert pause.status_code == 303, queue
         assert (await jobs.queue_settings(queue)).paused
+    typed = await client.get("/queues/team/mail")  # the name as a user types it
+    assert typed.status_code == 200 and "in team/mail" in typed.text
 
 
 async def test_a_bad_page_number_is_a_400_naming_it(

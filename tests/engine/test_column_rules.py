@@ -1,7 +1,7 @@
 """The rules every job row obeys (its CHECK constraints): a value a column may not hold is
-refused, and nothing is written. A migration PostgreSQL refuses raises ``MigrationFailed``
-naming it and the reason, leaves the schema as it was, and ``pgjobs migrate`` says so in one
-line."""
+refused, and nothing is written. A migration PostgreSQL refuses (a synthetic later one here)
+raises ``MigrationFailed`` naming it and the reason, leaves the schema as it was, and ``pgjobs
+migrate`` says so in one line."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from pgjobs import JobContext, JobQueue, MigrationFailed, Registry, sql
 from pgjobs.cli import main as cli_main
 from pgjobs.migrate import apply_schema
-from tests.releases import at_release
+from tests.releases import at_release, with_later_migration
 
 
 class Task(pydantic.BaseModel):
@@ -61,19 +61,25 @@ async def test_a_job_row_refuses_what_its_rules_forbid(
     assert tuple(row) == ("pending", 0, 3, None)
 
 
-async def _at_version_20(conn: asyncpg.Connection, schema: str) -> None:
-    """``schema`` as a release at migration 0020 left it, plus a table of the application's
-    that takes the name migration 0021 creates."""
-    await at_release(conn, schema, 20)
-    await conn.execute(f"CREATE TABLE {schema}.event_readers (mine int)")
+_LATER = """
+CREATE TABLE {schema}.example_audit (id bigint PRIMARY KEY);
+CREATE TABLE {schema}.example_readers (reader uuid PRIMARY KEY);
+"""
+"""A later migration (synthetic): its second table takes a name the application already uses."""
 
 
 @pytest.fixture
-async def blocked_schema(pg_dsn: str) -> AsyncIterator[tuple[asyncpg.Connection, str]]:
+async def blocked_schema(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[asyncpg.Connection, str]]:
+    """``schema`` as the release before a later migration left it, plus a table of the
+    application's that takes the name that migration creates."""
     schema = f"t_rules_{uuid.uuid4().hex[:10]}"
     conn = await asyncpg.connect(pg_dsn)
     try:
-        await _at_version_20(conn, schema)
+        await at_release(conn, schema, sql.latest_version())
+        await conn.execute(f"CREATE TABLE {schema}.example_readers (mine int)")
+        with_later_migration(monkeypatch, "example_readers", _LATER)
         yield conn, schema
     finally:
         await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
@@ -84,40 +90,29 @@ async def test_a_refused_migration_names_itself_and_changes_nothing(
     blocked_schema: tuple[asyncpg.Connection, str],
 ) -> None:
     conn, schema = blocked_schema
+    later = sql.latest_version()
     with pytest.raises(MigrationFailed) as failed:
         await apply_schema(conn, schema)
-    assert (failed.value.version, failed.value.name) == (21, "event_readers")
+    assert (failed.value.version, failed.value.name) == (later, "example_readers")
     assert str(failed.value).startswith(
-        f"migration 0021 (event_readers) of pgjobs schema {schema!r} failed and nothing was"
-        ' changed: relation "event_readers" already exists'
+        f"migration {later:04d} (example_readers) of pgjobs schema {schema!r} failed and nothing"
+        ' was changed: relation "example_readers" already exists'
     )
-    assert await conn.fetchval(f"SELECT max(version) FROM {schema}.migrations") == 20
-    assert await conn.fetchval("SELECT to_regclass($1)", f"{schema}.incarnation") is None
+    assert await conn.fetchval(f"SELECT max(version) FROM {schema}.migrations") == later - 1
+    assert await conn.fetchval("SELECT to_regclass($1)", f"{schema}.example_audit") is None
 
-    await conn.execute(f"DROP TABLE {schema}.event_readers")
-    assert (await apply_schema(conn, schema)).versions == list(range(21, sql.latest_version() + 1))
+    await conn.execute(f"DROP TABLE {schema}.example_readers")
+    assert (await apply_schema(conn, schema)).versions == [later]
 
 
-def test_the_cli_reports_a_refused_migration_in_one_line(
-    pg_dsn: str, capsys: pytest.CaptureFixture[str]
+async def test_the_cli_reports_a_refused_migration_in_one_line(
+    blocked_schema: tuple[asyncpg.Connection, str],
+    pg_dsn: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    schema = f"t_rules_{uuid.uuid4().hex[:10]}"
-
-    async def prepare() -> None:
-        conn = await asyncpg.connect(pg_dsn)
-        await _at_version_20(conn, schema)
-        await conn.close()
-
-    async def drop() -> None:
-        conn = await asyncpg.connect(pg_dsn)
-        await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        await conn.close()
-
-    asyncio.run(prepare())
-    try:
-        assert cli_main(["migrate", "--dsn", pg_dsn, "--schema", schema]) == 2
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1
-        assert err.startswith("pgjobs migrate: migration 0021 (event_readers)")
-    finally:
-        asyncio.run(drop())
+    _, schema = blocked_schema
+    code = await asyncio.to_thread(cli_main, ["migrate", "--dsn", pg_dsn, "--schema", schema])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"pgjobs migrate: migration {sql.latest_version():04d} (example_readers)")

@@ -16,13 +16,14 @@ from pgjobs import (
     Flow,
     ImportedEdge,
     ImportedJob,
+    InvalidFlow,
     JobContext,
     JobFilter,
     JobQueue,
     JobSpec,
     Registry,
 )
-from pgjobs.completer import write_outcomes
+from pgjobs.completer import write_outcomes, write_outcomes_refusing
 from pgjobs.outcomes import Outcome
 from tests.helpers import expire_lease
 from tests.interleave import overlap
@@ -284,3 +285,33 @@ async def test_many_siblings_of_many_parents_finish_concurrently(
         f"SELECT count(*) FROM {jobs.schema}.jobs WHERE status <> 'completed'"
     )
     assert left == 0
+
+
+@pytest.mark.parametrize("attach_first", [True, False])
+async def test_a_completion_and_an_attach_to_the_running_job_overlap(
+    jobs: JobQueue, kinds, attach_first: bool
+) -> None:
+    """A prerequisite attached to a running job while it completes: the completion is decided
+    on the job's locked row. Attach first: the completion waits for it, then is refused (the
+    job stays running). Completion first: the attach waits, and finds the job completed."""
+    await jobs.enqueue("x", {"n": 1})
+    [row] = await _claim_children(jobs, 1)
+    child = await jobs.enqueue("x", {"n": 2}, delay=3600)
+
+    async def attach(conn: Any) -> None:
+        await jobs.add_dependency(child.id, row["id"], connection=conn)
+
+    async def complete(conn: Any) -> tuple[set[int], set[int]]:
+        outcome = Outcome(row["id"], row["lock_token"], "completed", output_json="1")
+        return await write_outcomes_refusing(jobs.db, [outcome], conn)
+
+    if attach_first:
+        _, (written, refused), waited = await overlap(jobs.pool, attach, complete)
+        assert waited and written == set() and refused == {row["id"]}
+        job = await jobs.get(row["id"])
+        assert job is not None and job.status == "running" and job.pending_deps == 1
+    else:
+        with pytest.raises(InvalidFlow, match="completed"):
+            await overlap(jobs.pool, complete, attach)
+        job = await jobs.get(row["id"])
+        assert job is not None and job.status == "completed" and job.pending_deps == 0

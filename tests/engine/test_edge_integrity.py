@@ -1,5 +1,5 @@
-"""job_edges without foreign keys (migration 0023): a deleted job takes its edges with it, and an
-edge is never written to a job that is gone, whatever commits in between."""
+"""job_edges without foreign keys (sql/schema/job_edges_integrity.sql): a deleted job takes its
+edges with it, and an edge is never written to a job that is gone, whatever commits in between."""
 
 from __future__ import annotations
 

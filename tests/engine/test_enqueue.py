@@ -624,7 +624,9 @@ async def test_time_bound_dedup_options_are_checked(jobs: JobQueue, seen: list[i
     with pytest.raises(InvalidOption, match="dedup_ttl"):
         await jobs.enqueue("item", {"n": 1}, dedup_key="k", dedup_ttl=0)
     with pytest.raises(InvalidOption, match="dedup_replace"):
-        await jobs.enqueue("item", {"n": 1}, dedup_key="k", dedup_replace=True)
+        await jobs.enqueue("item", {"n": 1}, dedup_replace=True)
+    with pytest.raises(InvalidOption, match="dedup_extend"):
+        await jobs.enqueue("item", {"n": 1}, dedup_key="k", dedup_extend=True)
     assert await count(jobs) == 0
 
 
@@ -705,3 +707,19 @@ async def test_json_text_is_stored_as_it_is_by_an_any_kind_and_parsed_by_a_typed
         with pytest.raises(InvalidJobInput, match=says):
             await jobs.enqueue_batch("raw", [JsonText('{"ok": 1}'), JsonText(bad)])
     assert await count(jobs) == before
+
+
+async def test_a_queue_name_may_take_1024_bytes_beside_the_longest_key_and_tenant(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    """The unique indexes hold a queue beside a key (1,024 bytes) and a tenant (256): the
+    longest of all three together still fits a btree entry; one byte more of queue is refused
+    by name before anything is written."""
+    registry.declare("wide", input=dict)
+    queue = "é" * 512  # 1,024 bytes
+    result = await jobs.enqueue(
+        "wide", {}, queue=queue, job_key="k" * 1024, dedup_key="d" * 1024, tenant="t" * 256
+    )
+    assert (await jobs.get(result.id, tenant="t" * 256)).queue == queue
+    with pytest.raises(InvalidOption, match="queue"):
+        await jobs.enqueue("wide", {}, queue=queue + "x")

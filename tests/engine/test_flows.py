@@ -19,6 +19,9 @@ from pgjobs import (
     JobContext,
     JobFilter,
     JobQueue,
+    Keep,
+    PendingPrerequisites,
+    PrerequisiteTaken,
     Registry,
     Status,
     WaitForPrerequisites,
@@ -221,6 +224,28 @@ async def test_cascade_fails_dependents_transitively(jobs: JobQueue, ran: list[s
     assert child is not None and child.last_error["type"] == "DependencyFailed"
     assert child.last_error["prerequisite"] == ids["root"]
     assert ran == []
+
+
+async def test_a_cascaded_failure_names_the_prerequisite_by_queue_and_key(
+    jobs: JobQueue, ran: list[str]
+) -> None:
+    flow = Flow()
+    node(flow, "root", fail=True, job_key="the-root")
+    node(flow, "child")
+    node(flow, "grandchild")
+    flow.edge("root", "child", EdgePolicy.CASCADE)
+    flow.edge("child", "grandchild", EdgePolicy.CASCADE)
+    submitted = await jobs.submit_flow(flow)
+    await drain(jobs)
+    ids = submitted.job_ids
+    child = await jobs.get(ids["child"])
+    assert child is not None and child.last_error["prerequisite"] == ids["root"]
+    assert child.last_error["prerequisite_queue"] == "default"
+    assert child.last_error["prerequisite_key"] == "the-root"
+    grandchild = await jobs.get(ids["grandchild"])
+    assert grandchild is not None and grandchild.last_error["prerequisite"] == ids["child"]
+    assert grandchild.last_error["prerequisite_queue"] == "default"
+    assert grandchild.last_error["prerequisite_key"] is None
 
 
 async def test_cancelled_prerequisite_cascades_as_cancelled(jobs: JobQueue, ran: list[str]) -> None:
@@ -531,3 +556,296 @@ async def test_a_flow_in_a_rolled_back_transaction_leaves_nothing(
             raise RuntimeError("caller gives up")
     assert await count(jobs) == 0 and await count(jobs, "flows") == 0
     assert await count(jobs, "job_edges") == 0
+
+
+async def test_dependents_of_names_each_dependents_queue_and_key(
+    jobs: JobQueue, ran: list[str]
+) -> None:
+    flow = Flow()
+    node(flow, "child")
+    node(flow, "parent", job_key="the-parent", queue="second")
+    flow.edge("child", "parent")
+    ids = (await jobs.submit_flow(flow)).job_ids
+    [dependent] = await jobs.dependents_of(ids["child"])
+    assert (dependent["id"], dependent["queue"], dependent["job_key"]) == (
+        ids["parent"],
+        "second",
+        "the-parent",
+    )
+
+
+def three_levels(flow: Flow) -> None:
+    """root <- middle <- leaf, and root <- side; ``outside`` depends on ``leaf`` too."""
+    for label in ("leaf", "middle", "side", "root", "outside"):
+        node(flow, label)
+    flow.edge("leaf", "middle")
+    flow.edge("middle", "root")
+    flow.edge("side", "root")
+    flow.edge("leaf", "outside")
+
+
+async def test_remove_tree_deletes_a_job_and_everything_it_waits_for(
+    jobs: JobQueue, ran: list[str]
+) -> None:
+    """The job and its prerequisites, transitively, go in one call; a dependent outside the
+    tree is resolved as by purge (its block edge released)."""
+    flow = Flow()
+    three_levels(flow)
+    ids = (await jobs.submit_flow(flow)).job_ids
+    assert await jobs.remove_tree(ids["middle"]) == 2  # middle and leaf
+    assert await jobs.get(ids["leaf"]) is None and await jobs.get(ids["middle"]) is None
+    outside, root = await jobs.get(ids["outside"]), await jobs.get(ids["root"])
+    assert outside is not None and outside.pending_deps == 0  # released
+    assert root is not None and root.pending_deps == 1  # still waits for side
+    assert await jobs.remove_tree(ids["root"]) == 2  # root and side
+    assert await jobs.remove_tree(ids["root"]) == 0  # gone: nothing to delete
+    assert await count(jobs) == 1  # outside
+
+
+async def test_remove_tree_deletes_nothing_while_a_worker_holds_a_job_of_it(
+    jobs: JobQueue, ran: list[str]
+) -> None:
+    flow = Flow()
+    three_levels(flow)
+    ids = (await jobs.submit_flow(flow)).job_ids
+    [leaf] = await jobs.claim(queues=["default"], kinds=["step"], limit=1)
+    assert leaf.id == ids["leaf"]
+    assert await jobs.remove_tree(ids["root"]) is None
+    assert await count(jobs) == 5
+    assert await jobs.remove_tree(ids["side"]) == 1  # a tree without the held job
+    await leaf.complete({"label": "leaf"})
+    assert await jobs.remove_tree(ids["root"]) == 3  # root, middle, leaf
+    assert await count(jobs) == 1
+
+
+async def test_a_sole_dependent_prerequisite_cannot_get_a_second_dependent(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    @registry.kind("plain", input=Any, queue="p")
+    async def plain(ctx: JobContext, data: Any) -> None:
+        return None
+
+    first = await jobs.enqueue("plain", {}, delay=3600)
+    second = await jobs.enqueue("plain", {}, delay=3600)
+    child = await jobs.add_prerequisite(first.id, "plain", {}, job_key="kid", sole_dependent=True)
+    again = await jobs.add_prerequisite(first.id, "plain", {}, job_key="kid", sole_dependent=True)
+    assert again.id == child.id and again.duplicate  # the same dependent again: allowed
+    with pytest.raises(PrerequisiteTaken) as refused:
+        await jobs.add_prerequisite(second.id, "plain", {}, job_key="kid", sole_dependent=True)
+    assert (refused.value.job_id, refused.value.dependent_id) == (child.id, first.id)
+    row = await jobs.get(second.id)
+    assert row is not None and row.pending_deps == 0  # nothing written
+    # without sole_dependent the engine's DAG lets it have both
+    await jobs.add_prerequisite(second.id, "plain", {}, job_key="kid")
+    assert {d["id"] for d in await jobs.dependents_of(child.id)} == {first.id, second.id}
+
+
+async def test_concurrent_sole_dependent_attaches_let_one_win(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    @registry.kind("plain", input=Any, queue="p")
+    async def plain(ctx: JobContext, data: Any) -> None:
+        return None
+
+    child = await jobs.enqueue("plain", {}, delay=3600, job_key="kid")
+    parents = [await jobs.enqueue("plain", {}, delay=3600) for _ in range(4)]
+    results = await asyncio.gather(
+        *(
+            jobs.add_prerequisite(p.id, "plain", {}, job_key="kid", sole_dependent=True)
+            for p in parents
+        ),
+        return_exceptions=True,
+    )
+    assert sum(not isinstance(r, BaseException) for r in results) == 1
+    assert all(isinstance(r, PrerequisiteTaken) for r in results if isinstance(r, BaseException))
+    assert len(await jobs.dependents_of(child.id)) == 1
+
+
+async def test_a_job_returning_with_a_pending_prerequisite_fails_the_attempt(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    """A prerequisite added to a running job that then returns (without waiting for it): the
+    completion is refused in the finishing statement, and the attempt fails with
+    PendingPrerequisites, retried while attempts remain (BullMQ's "pending dependencies")."""
+
+    @registry.kind("child", input=Any, queue="children")
+    async def child(ctx: JobContext, data: Any) -> str:
+        return "done"
+
+    @registry.kind("spawner", input=Any, queue="p", max_attempts=2, backoff=0)
+    async def spawner(ctx: JobContext, data: Any) -> str:
+        if ctx.attempts == 1:
+            await jobs.add_prerequisite(ctx.id, "child", {})
+        return "finished"
+
+    job = await jobs.enqueue("spawner", {})
+    worker = jobs.worker(queues=["p"])
+    await worker.run(until_drained=True)
+    row = await jobs.get(job.id)
+    assert row is not None and row.status is Status.PENDING and row.pending_deps == 1
+    assert row.attempts == 1 and row.last_error["type"] == "PendingPrerequisites"
+    assert worker.stats.completed == 0 and worker.stats.retried == 1
+    await jobs.worker(queues=["children"]).run(until_drained=True)
+    await jobs.worker(queues=["p"]).run(until_drained=True)
+    row = await jobs.get(job.id)
+    assert row is not None and row.status is Status.COMPLETED and row.output == "finished"
+
+
+async def test_a_completion_by_hand_is_refused_while_a_prerequisite_is_pending(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    @registry.kind("plain", input=Any, queue="p")
+    async def plain(ctx: JobContext, data: Any) -> None:
+        return None
+
+    @registry.kind("child", input=Any, queue="children")
+    async def child(ctx: JobContext, data: Any) -> str:
+        return "done"
+
+    job = await jobs.enqueue("plain", {})
+    [ctx] = await jobs.claim(["p"])
+    await jobs.add_prerequisite(ctx.id, "child", {})
+    with pytest.raises(PendingPrerequisites):
+        await ctx.complete("early")
+    with pytest.raises(PendingPrerequisites):
+        async with ctx.completing("early") as conn:
+            await conn.execute(f"CREATE TABLE {jobs.schema}.side_effect (x int)")
+    row = await jobs.get(job.id)
+    assert row is not None and row.status is Status.RUNNING and not ctx.lost
+    assert not await jobs.db.pool.fetchval(
+        "SELECT EXISTS (SELECT FROM pg_tables WHERE schemaname = $1 AND tablename = $2)",
+        jobs.schema,
+        "side_effect",
+    )
+    await jobs.worker(queues=["children"]).run(until_drained=True)
+    assert await ctx.complete("late")
+    row = await jobs.get(job.id)
+    assert row is not None and row.status is Status.COMPLETED and row.output == "late"
+
+
+async def test_a_dead_prerequisite_kept_for_none_goes_and_releases_its_blocked_dependent(
+    jobs: JobQueue, ran: list[str]
+) -> None:
+    """Keep(count=0) for dead (BullMQ's removeOnFail: true) removes a failed prerequisite at
+    once: a dependent it blocked is released, as by its removal, and runs without it."""
+    flow = Flow()
+    node(flow, "doomed", fail=True, keep_dead=Keep(count=0))
+    node(flow, "fine")
+    node(flow, "dependent")
+    flow.edge("doomed", "dependent")
+    flow.edge("fine", "dependent")
+    submitted = await jobs.submit_flow(flow)
+    await drain(jobs)
+    ids = submitted.job_ids
+    assert await jobs.get(ids["doomed"]) is None
+    assert await status(jobs, ids["dependent"]) is Status.COMPLETED
+    assert sorted(ran) == ["dependent", "fine"]
+
+
+async def test_a_dead_prerequisite_whose_failure_a_dependent_reads_stays_while_it_waits(
+    jobs: JobQueue, ran: list[str]
+) -> None:
+    flow = Flow()
+    node(flow, "flaky", fail=True, keep_dead=Keep(count=0))
+    flow.add("slow", "other_queue_step", {"label": "slow"})  # queue "second": not run here
+    node(flow, "dependent")
+    flow.edge("flaky", "dependent", EdgePolicy.IGNORE)
+    flow.edge("slow", "dependent")
+    submitted = await jobs.submit_flow(flow)
+    await drain(jobs, ["default"])
+    ids = submitted.job_ids
+    assert await status(jobs, ids["flaky"]) is Status.DEAD  # the dependent reads its failure
+    prerequisites = await jobs.prerequisite_results(ids["dependent"])
+    [edge] = [p for p in prerequisites if p["state"] == "ignored"]
+    assert edge["failure"]["message"] == "flaky failed"
+    await drain(jobs)
+    assert await status(jobs, ids["dependent"]) is Status.COMPLETED
+    assert await jobs.get(ids["flaky"]) is not None  # the GC's, once no dependent waits
+
+
+async def test_a_dependent_cascaded_dead_under_keep_none_goes_at_once(
+    jobs: JobQueue, ran: list[str]
+) -> None:
+    """A job a cascade fails under Keep(count=0) for dead goes too, once its own dependents
+    were resolved: they fail naming it."""
+    flow = Flow()
+    node(flow, "root", fail=True)
+    node(flow, "child", keep_dead=Keep(count=0), job_key="the-child")
+    node(flow, "grandchild")
+    flow.edge("root", "child", EdgePolicy.CASCADE)
+    flow.edge("child", "grandchild", EdgePolicy.CASCADE)
+    submitted = await jobs.submit_flow(flow)
+    await drain(jobs)
+    ids = submitted.job_ids
+    assert await status(jobs, ids["root"]) is Status.DEAD
+    assert await jobs.get(ids["child"]) is None
+    grandchild = await jobs.get(ids["grandchild"])
+    assert grandchild is not None and grandchild.status is Status.DEAD
+    assert grandchild.last_error["prerequisite"] == ids["child"]
+    assert grandchild.last_error["prerequisite_key"] == "the-child"
+    assert ran == []
+
+
+async def test_a_flow_reusing_a_finished_keyed_job_runs_its_dependent_at_once(
+    jobs: JobQueue, ran: list[str]
+) -> None:
+    """With reuse, a node whose job key is taken is the existing job: only the missing jobs
+    are written, and a dependent of a reused job that has completed is claimable at once."""
+    first = Flow()
+    node(first, "mon", job_key="mon")
+    await jobs.submit_flow(first)
+    await drain(jobs)
+    second = Flow()
+    node(second, "mon", job_key="mon")
+    node(second, "tue", job_key="tue")
+    second.edge("mon", "tue")
+    submitted = await jobs.submit_flow(second, reuse=True)
+    assert submitted.reused == {"mon"}
+    tue = await jobs.get(submitted.job_ids["tue"])
+    assert tue is not None and tue.pending_deps == 0
+    await drain(jobs)
+    assert ran == ["mon", "tue"]  # mon ran once
+    tue = await jobs.get(submitted.job_ids["tue"])
+    assert tue is not None and tue.output["inputs"] == {"mon": {"label": "mon", "inputs": {}}}
+
+
+async def test_a_flow_reusing_a_pending_keyed_job_waits_for_it(
+    jobs: JobQueue, ran: list[str]
+) -> None:
+    existing = await jobs.enqueue("step", {"label": "mon"}, job_key="mon", name="mon", delay=3600)
+    flow = Flow()
+    node(flow, "mon", job_key="mon")
+    node(flow, "tue")
+    flow.edge("mon", "tue", EdgePolicy.CASCADE)
+    submitted = await jobs.submit_flow(flow, reuse=True)
+    assert submitted.job_ids["mon"] == existing.id
+    tue = await jobs.get(submitted.job_ids["tue"])
+    assert tue is not None and tue.pending_deps == 1 and tue.sub_state.value == "waiting_children"
+    assert await jobs.cancel(existing.id)  # the attached edge resolves by its policy
+    assert await status(jobs, submitted.job_ids["tue"]) is Status.CANCELLED
+
+
+async def test_a_reused_node_with_prerequisites_in_the_flow_conflicts(
+    jobs: JobQueue, ran: list[str]
+) -> None:
+    await jobs.enqueue("step", {"label": "tue"}, job_key="tue", delay=3600)
+    before = await count(jobs)
+    flow = Flow()
+    node(flow, "mon")
+    node(flow, "tue", job_key="tue")
+    flow.edge("mon", "tue")
+    with pytest.raises(FlowConflict):
+        await jobs.submit_flow(flow, reuse=True)
+    assert await count(jobs) == before
+
+
+async def test_a_flow_root_whose_dedup_key_is_held_reuses_the_holder(
+    jobs: JobQueue, ran: list[str]
+) -> None:
+    held = await jobs.enqueue("step", {"label": "a"}, dedup_key="d", delay=3600)
+    flow = Flow()
+    node(flow, "root", dedup_key="d")
+    with pytest.raises(FlowConflict):
+        await jobs.submit_flow(flow)
+    submitted = await jobs.submit_flow(flow, reuse=True)
+    assert submitted.job_ids == {"root": held.id} and submitted.reused == {"root"}

@@ -114,6 +114,34 @@ async def test_reserve_ids_moves_new_ids_past_imported_numbers(
     assert (await jobs.enqueue("any", {})).id > 5000
 
 
+async def test_assign_job_keys_gives_keyless_jobs_of_the_queue_fresh_ids(
+    jobs: JobQueue, ran: list[Any]
+) -> None:
+    plain = (await jobs.enqueue("any", {"n": 1})).id
+    keyed = (await jobs.enqueue("any", {"n": 2}, job_key="mine")).id
+    elsewhere = (await jobs.enqueue("any", {"n": 3}, queue="other")).id
+    given = await jobs.assign_job_keys("imp", [plain, keyed, elsewhere, 10**12])
+    assert list(given) == [plain]  # not a keyed job, another queue's, or one that is not there
+    assert int(given[plain]) > max(plain, keyed, elsewhere)
+    assert (await jobs.get(plain)).job_key == given[plain]  # type: ignore[union-attr]
+    assert (await jobs.enqueue("any", {})).id > int(given[plain])  # never an id of a job
+    assert await jobs.assign_job_keys("imp", [plain]) == {}  # keyed now
+
+
+async def test_import_sources_count_the_ledger_by_source_prefix(
+    jobs: JobQueue, ran: list[Any]
+) -> None:
+    [written] = await jobs.import_jobs([ImportedJob(JobSpec("any", {"n": 1}, job_key="a"))])
+    await jobs.record_imports([
+        ImportRecord(source, job_id, written.id, "waiting", "sum")
+        for source, job_id in [("bullmq:p:q", "1"), ("bullmq:p:q", "2"), ("bullmq:p:r", "1"),
+                               ("bullmq:p2:q", "1"), ("b%llmq:p:q", "1")]
+    ])  # fmt: skip
+    assert await jobs.import_sources("bullmq:p:") == {"bullmq:p:q": 2, "bullmq:p:r": 1}
+    assert await jobs.import_sources("b%") == {"b%llmq:p:q": 1}  # no pattern characters
+    assert len(await jobs.import_sources()) == 4
+
+
 async def test_the_import_ledger_records_only_what_its_transaction_committed(
     jobs: JobQueue, ran: list[Any]
 ) -> None:

@@ -12,6 +12,7 @@ from pgjobs import (
     Backoff,
     EdgePolicy,
     Flow,
+    InvalidOption,
     JobContext,
     JobLost,
     JobQueue,
@@ -410,19 +411,128 @@ async def test_a_stall_budget_gives_the_attempt_back_until_it_is_spent(
     jobs: JobQueue, registry: Registry
 ) -> None:
     """With ``set_max_stalls(queue, 1)`` a job whose worker died runs again without losing an
-    attempt, and fails ("stalled more than allowable limit") when it stalls a second time."""
-    registry.declare("fragile", input=Task, max_attempts=1)
+    attempt; when it stalls a second time its failure ("stalled more than allowable limit") is
+    deferred: the next claim records it without running the handler, using that attempt."""
+    ran: list[int] = []
+
+    @registry.kind("fragile", input=Task, max_attempts=1)
+    async def fragile(ctx: JobContext, task: Task) -> None:
+        ran.append(ctx.id)
+
     await jobs.set_max_stalls("default", 1)
     assert (await jobs.queue_settings("default")).max_stalls == 1
     job = await jobs.enqueue("fragile", {})
     channel = notify_channel(jobs.schema)
-    for expected in ("pending", "dead"):
-        assert len(await jobs.db.fetch("claim", ["default"], ["fragile"], 1, 30.0, 0)) == 1
+    for stalls in (1, 2):
+        [claimed] = await jobs.db.fetch("claim", ["default"], ["fragile"], 1, 30.0, 0)
+        assert claimed["stalls"] == stalls - 1 and claimed["deferred_failure"] is None
         await expire_lease(jobs, job.id)
         rescued = await jobs.db.fetch("rescue_stalled", 100, channel)
-        assert [(r["id"], r["status"]) for r in rescued] == [(job.id, expected)]
+        assert [(r["id"], r["status"]) for r in rescued] == [(job.id, "pending")]
         row = await jobs.get(job.id)
-        assert row is not None and row.attempts == 0 and row.status == expected
-    assert row.stalls == 2 and row.last_error["message"] == "job stalled more than allowable limit"
+        assert row is not None and row.attempts == 0 and row.stalls == stalls
+    assert row.last_error["message"] == "job stalled more than allowable limit"
+    await jobs.worker().run(until_drained=True)
+    row = await jobs.get(job.id)
+    assert row is not None and row.status is Status.DEAD and ran == []
+    assert (row.attempts, row.stalls) == (1, 2)
+    assert row.last_error["message"] == "job stalled more than allowable limit"
+    assert "deferred" not in row.last_error
+    # a manual re-drive runs it
+    await jobs.requeue(job.id, reset_attempts=False)
+    await jobs.worker().run(until_drained=True)
+    row = await jobs.get(job.id)
+    assert row is not None and row.status is Status.COMPLETED and ran == [job.id]
     await jobs.set_max_stalls("default", None)
     assert (await jobs.queue_settings("default")).max_stalls is None
+
+
+async def test_a_deferred_stall_failure_reaches_the_handler_context(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    """A manual claim of a job whose stall failure is deferred carries it
+    (``ctx.deferred_failure``, for the caller to record) and its stall count."""
+    registry.declare("doomed", input=Task)
+    await jobs.set_max_stalls("default", 0)
+    job = await jobs.enqueue("doomed", {})
+    assert len(await jobs.db.fetch("claim", ["default"], ["doomed"], 1, 30.0, 0)) == 1
+    await expire_lease(jobs, job.id)
+    await jobs.db.fetch("rescue_stalled", 100, notify_channel(jobs.schema))
+    [ctx] = await jobs.claim(["default"], kinds=["doomed"])
+    assert ctx.stalls == 1 and ctx.deferred_failure is not None
+    assert ctx.deferred_failure["message"] == "job stalled more than allowable limit"
+
+
+async def test_on_renewed_hears_each_heartbeat_with_the_jobs_it_renewed(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    renewals: list[list[int]] = []
+    twice = asyncio.Event()
+
+    def renewed(contexts: list[JobContext]) -> None:
+        renewals.append([c.id for c in contexts])
+        if len(renewals) >= 2:
+            twice.set()
+
+    @registry.kind("long", input=Task)
+    async def long(ctx: JobContext, task: Task) -> None:
+        await asyncio.wait_for(twice.wait(), 10)  # outlives two heartbeats
+
+    job = await jobs.enqueue("long", {})
+    worker = jobs.worker(lease=0.6, heartbeat_interval=0.1, on_renewed=renewed)
+    await worker.run(until_drained=True)
+    assert len(renewals) >= 2 and all(ids == [job.id] for ids in renewals)
+    row = await jobs.get(job.id)
+    assert row is not None and row.status is Status.COMPLETED
+
+
+async def test_a_heartbeat_interval_past_the_lease_lets_long_jobs_lapse(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    """``heartbeat_interval`` at or past the lease (BullMQ's lockRenewTime past lockDuration):
+    a job running longer than its lease lapses (handler cancelled, ``lost``, nothing written,
+    left to the rescue); a short one completes; nothing is claimed ahead."""
+    cancelled = asyncio.Event()
+    events: list[tuple[str, int]] = []
+
+    @registry.kind("lapses", input=Task, max_attempts=3)
+    async def lapses(ctx: JobContext, task: Task) -> int:
+        if task.n == 0 or ctx.stalls:
+            return ctx.stalls
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return 2
+
+    with pytest.raises(InvalidOption, match="claim_ahead"):
+        jobs.worker(lease=0.4, heartbeat_interval=0.4, claim_ahead=1)
+    quick = await jobs.enqueue("lapses", {"n": 0})
+    slow = await jobs.enqueue("lapses", {"n": 1})
+    worker = jobs.worker(
+        concurrency=2,
+        lease=0.4,
+        heartbeat_interval=10,
+        rescue_interval=30,
+        on_event=lambda event, ctx, detail: events.append((event, ctx.id)),
+    )
+    assert worker.heartbeat_interval == 10
+    worker.start()
+    await asyncio.wait_for(cancelled.wait(), 20)
+    await worker.stop()
+    assert worker.stats.lost == 1 and worker.stats.completed == 1
+    assert ("lost", slow.id) in events and ("completed", quick.id) in events
+    row = await jobs.get(slow.id)
+    assert row is not None and row.status is Status.RUNNING  # nothing written: the rescue's
+    second = jobs.worker(lease=60, rescue_interval=0.05)
+    second.start()
+
+    async def rerun() -> bool:
+        row = await jobs.get(slow.id)
+        return row is not None and row.status is Status.COMPLETED
+
+    await eventually(rerun)
+    await second.stop()
+    row = await jobs.get(slow.id)
+    assert row is not None and (row.output, row.stalls) == (1, 1)

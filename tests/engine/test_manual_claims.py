@@ -45,6 +45,10 @@ async def test_fail_gives_the_outcome_a_handler_raising_would_get(jobs: JobQueue
     await jobs.promote(job.id)
     (again,) = await jobs.claim(["default"])
     assert again.attempts == 2
+    assert ctx.last_error is None  # a first run has none
+    # a retry is claimed with its previous attempt's error, the traceback left behind
+    assert again.last_error is not None and again.last_error["message"] == "boom"
+    assert again.last_error["type"] == "RuntimeError" and "traceback" not in again.last_error
     assert await again.fail(RuntimeError("boom again")) == "dead"  # its last attempt
     assert (await jobs.get(job.id)).status is Status.DEAD
 

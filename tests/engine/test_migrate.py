@@ -17,33 +17,12 @@ from pgjobs.migrate import latest_version
 from pgjobs.sql import migrations
 
 RELEASED = {
-    1: "3b8134a73ecffb49",  # init
-    2: "de91de3890e78ab1",  # flows_operations
-    3: "5e921e616f0106fd",  # tracking
-    4: "a44fbe6284841cce",  # events
-    5: "6983e6156d5fd430",  # retention_on_finish
-    6: "7a3f10e7ae87d031",  # dedup_holds
-    7: "c13948c0c8baaf31",  # claim_and_finish
-    8: "d37c1df6202541fc",  # claim_ahead_and_exact_trim
-    9: "c1fc9b55e3e64ee2",  # events_per_statement
-    10: "ab739d34514e8c98",  # schema_definitions
-    11: "0496c32742818569",  # repair_pending_deps
-    12: "c23b245f0ff8e275",  # stall_budget
-    13: "72d5008a14f04f82",  # materialized_schedules
-    14: "654684e70d352274",  # workers
-    15: "b4f5c6d8d7f7d866",  # imports
-    16: "e8b5011c7bdf38ba",  # attempt_errors
-    17: "5007235cd0efaa75",  # schedule_pause
-    18: "ddc603e6d88d4b1a",  # batched_added_events
-    19: "9746e53d31f57a45",  # idle_workers
-    20: "57360fb6908c5029",  # in_flight_by_partial_indexes
-    21: "e8cc7db2022b10c9",  # event_readers
-    22: "77db59a9016f2082",  # crash_safe_event_positions
-    23: "88055c2a8181e6d3",  # edges_without_foreign_keys
+    1: "dbf63c6bc2696ab5",  # baseline (0.1.0)
 }
-"""sha256 prefix of each migration that has reached main. A database migrated by an earlier
+"""sha256 prefix of each migration that has been released. A database migrated by an earlier
 release has recorded these versions and never runs them again, so an edit to one would never
-reach it: change the schema in a new migration, and add its digest here when it lands."""
+reach it: change the schema in a new migration, and add its digest here when it is released.
+(The migrations before 0.1.0, never released, were squashed into 0001_baseline.)"""
 
 
 class Task(pydantic.BaseModel):

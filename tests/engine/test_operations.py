@@ -155,6 +155,22 @@ async def test_purge_skip_leaves_running_jobs_and_cancel_removes_them(
     assert worker.stats.completed == 0
 
 
+async def test_purge_expired_removes_only_running_jobs_whose_lease_ran_out(
+    jobs: JobQueue, kinds
+) -> None:
+    held = (await jobs.enqueue("x", {"n": 1}, queue="q")).id
+    expired = (await jobs.enqueue("x", {"n": 2}, queue="q")).id
+    claimed = await jobs.claim(["q"], kinds=["x"], limit=2, lease=60)
+    assert {ctx.id for ctx in claimed} == {held, expired}
+    await expire_lease(jobs, expired)
+
+    result = await jobs.purge(JobFilter(queue="q"), running="expired")
+    assert (result.deleted, result.skipped_running) == (1, 1)
+    assert await remaining_ids(jobs) == {held}
+    lost = next(ctx for ctx in claimed if ctx.id == expired)
+    assert await lost.complete("late") is False  # its claim's writes land nowhere
+
+
 async def test_purging_a_prerequisite_releases_or_cascades_its_dependents(
     jobs: JobQueue, kinds
 ) -> None:
@@ -268,6 +284,31 @@ async def test_requeue_and_requeue_dead_start_a_new_life(jobs: JobQueue, kinds) 
     assert not await jobs.requeue(10**9)
 
 
+async def test_requeue_clear_outcome_drops_the_finished_run(jobs: JobQueue, kinds) -> None:
+    dead = (await jobs.enqueue("y", {"n": -1}, queue="c")).id
+    done = (await jobs.enqueue("y", {"n": 3}, queue="c")).id
+    await jobs.worker(queues=["c"]).run(until_drained=True)
+    # a completed job whose earlier attempt failed keeps that attempt's error
+    await jobs.db.pool.execute(
+        f"UPDATE {jobs.schema}.jobs SET last_error = $2::text::jsonb WHERE id = $1",
+        done,
+        json.dumps({"message": "earlier"}),
+    )
+    assert await jobs.requeue(dead, reset_attempts=False, clear_outcome=True)
+    assert await jobs.requeue_finished(JobFilter(ids=(done,)), clear_outcome=True) == [done]
+    row = await jobs.get(dead)
+    assert row is not None and row.status is Status.PENDING and row.attempts == 1
+    assert (row.started_at, row.finished_at, row.last_error, row.output) == (None,) * 4
+    row = await jobs.get(done)
+    assert row is not None and row.status is Status.PENDING and row.attempts == 0
+    assert (row.started_at, row.finished_at, row.output) == (None,) * 3
+    assert row.last_error == {"message": "earlier"}
+    await jobs.worker(queues=["c"]).run(until_drained=True)
+    row = await jobs.get(done)
+    assert row is not None and row.status is Status.COMPLETED and row.output == 3
+    assert row.started_at is not None
+
+
 async def test_requeue_skips_a_dead_job_whose_dedup_key_is_held(jobs: JobQueue, kinds) -> None:
     dead = await jobs.enqueue("y", {"n": -1}, dedup_key="k")
     await jobs.worker().run(until_drained=True)
@@ -291,6 +332,22 @@ async def test_promote_update_payload_change_priority(jobs: JobQueue, kinds) -> 
     await jobs.worker().run(until_drained=True)
     row = await jobs.get(job.id)
     assert row is not None and row.output == 42 and row.priority == 7
+
+
+async def test_change_priority_places_a_due_job_first_or_last_among_its_equals(
+    jobs: JobQueue, kinds
+) -> None:
+    a, b, c = [(await jobs.enqueue("x", {"n": n}, queue="p")).id for n in range(3)]
+    later = await jobs.enqueue("x", {"n": 9}, queue="p", delay=3600)
+    assert await jobs.change_priority(a, 0, place="last")  # behind b and c
+    assert await jobs.change_priority(c, 0, place="first")  # before b
+    assert await jobs.change_priority(later.id, 0, place="first")  # delayed: keeps its time
+    with pytest.raises(InvalidOption):
+        await jobs.change_priority(b, 0, place="middle")  # type: ignore[arg-type]
+    claimed = await jobs.claim(["p"], kinds=["x"], limit=10)
+    assert [ctx.id for ctx in claimed] == [c, b, a]
+    row = await jobs.get(later.id)
+    assert row is not None and row.sub_state.value == "delayed"
 
 
 async def test_logs_append_trim_read_and_fence(jobs: JobQueue, registry: Registry) -> None:
@@ -335,6 +392,22 @@ async def test_retention_remove_at_once_on_completion(jobs: JobQueue, kinds) -> 
     assert await jobs.get(gone.id) is None
     assert await jobs.get(dead_removed.id) is None
     assert await jobs.get(kept.id) is not None
+
+
+async def test_a_claim_sets_the_retention_its_finish_applies(jobs: JobQueue, kinds) -> None:
+    ruled = await jobs.enqueue("x", {"n": 1}, keep_dead=Keep(count=3))
+    other = await jobs.enqueue("x", {"n": 2})
+    claimed = {ctx.id: ctx for ctx in await jobs.claim(["default"], kinds=["x"], limit=2)}
+    assert await claimed[ruled.id].keep(completed=Keep(count=0))
+    with pytest.raises(InvalidOption):
+        await claimed[other.id].keep()
+    row = await jobs.get(ruled.id)
+    assert row is not None and row.retention == {"completed": {"count": 0}, "dead": {"count": 3}}
+    assert await claimed[ruled.id].complete(1)
+    assert await jobs.get(ruled.id) is None  # removed at once, as its new rule says
+    await expire_lease(jobs, other.id)
+    assert (await jobs.purge(JobFilter(ids=(other.id,)), running="expired")).deleted == 1
+    assert not await claimed[other.id].keep(completed=Keep(count=0))  # no longer its claim's
 
 
 async def events_of(jobs: JobQueue, job_id: int) -> list[tuple[str, Any]]:
@@ -733,3 +806,156 @@ async def test_a_cancel_by_filter_waiting_for_a_finish_leaves_the_job_finished(
     by_id = dict(await statuses(jobs))
     assert by_id.pop(claimed[0]["id"]) == "completed"
     assert sorted(cancelled) == sorted(by_id) and set(by_id.values()) == {"cancelled"}
+
+
+async def _family(jobs: JobQueue, *, parent_queue: str = "a") -> dict[str, int]:
+    """A grandparent <- parent <- two children, all waiting (children delayed), queue "a"
+    but the parent's queue."""
+    flow = Flow()
+    flow.add("grandparent", "x", {"n": 0}, queue="a")
+    flow.add("parent", "x", {"n": 1}, queue=parent_queue)
+    flow.add("c1", "x", {"n": 2}, queue="a", delay=3600)
+    flow.add("c2", "x", {"n": 3}, queue="a", delay=3600)
+    flow.edge("parent", "grandparent")
+    flow.edge("c1", "parent")
+    flow.edge("c2", "parent")
+    return dict((await jobs.submit_flow(flow)).job_ids)
+
+
+async def test_purge_take_dependents_deletes_a_same_queue_parent_left_with_nothing_to_wait_for(
+    jobs: JobQueue, kinds
+) -> None:
+    ids = await _family(jobs)
+    children = JobFilter(ids=(ids["c1"], ids["c2"]))
+    result = await jobs.purge(children, take_dependents=True)
+    # The parent waited for the two children alone, and the grandparent for the parent alone.
+    assert result.deleted == 4
+    assert await remaining_ids(jobs) == set()
+
+
+async def test_purge_take_dependents_keeps_a_parent_still_waiting_for_others(
+    jobs: JobQueue, kinds
+) -> None:
+    ids = await _family(jobs)
+    result = await jobs.purge(JobFilter(ids=(ids["c1"],)), take_dependents=True)
+    assert result.deleted == 1
+    parent = await jobs.get(ids["parent"])
+    assert parent is not None and parent.pending_deps == 1  # c2 still counts
+
+
+async def test_purge_take_dependents_releases_a_parent_of_another_queue(
+    jobs: JobQueue, kinds
+) -> None:
+    ids = await _family(jobs, parent_queue="elsewhere")
+    result = await jobs.purge(JobFilter(ids=(ids["c1"], ids["c2"])), take_dependents=True)
+    assert result.deleted == 2
+    parent = await jobs.get(ids["parent"])
+    assert parent is not None and parent.status is Status.PENDING and parent.pending_deps == 0
+    assert (await jobs.get(ids["grandparent"])).pending_deps == 1  # type: ignore[union-attr]
+
+
+async def test_purge_without_take_dependents_releases_the_parent(jobs: JobQueue, kinds) -> None:
+    ids = await _family(jobs)
+    assert (await jobs.purge(JobFilter(ids=(ids["c1"], ids["c2"])))).deleted == 2
+    parent = await jobs.get(ids["parent"])
+    assert parent is not None and parent.pending_deps == 0
+    with pytest.raises(InvalidOption, match="take_dependents"):
+        await jobs.purge(JobFilter(ids=(ids["parent"],)), take_dependents="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("attach_first", [True, False])
+async def test_purge_take_dependents_racing_a_new_prerequisite_of_the_parent(
+    jobs: JobQueue, kinds, attach_first: bool
+) -> None:
+    """A prerequisite attached to the parent while the purge takes it: attached first, it
+    keeps the parent (waiting for it); purged first, the attach is refused, naming the job."""
+    ids = await _family(jobs)
+    newcomer = (await jobs.enqueue("x", {"n": 9}, queue="b", delay=3600)).id
+    children = JobFilter(ids=(ids["c1"], ids["c2"]))
+
+    async def attach(conn: Any) -> str:
+        try:
+            await jobs.add_dependency(newcomer, ids["parent"], connection=conn)
+        except Exception as exc:  # the refusal, checked below
+            return type(exc).__name__ + str(exc)
+        return "attached"
+
+    async def purge(conn: Any) -> int:
+        return (await jobs.purge(children, take_dependents=True, connection=conn)).deleted
+
+    if attach_first:
+        attached, deleted, waited = await overlap(jobs.db.pool, attach, purge)
+        assert waited and attached == "attached" and deleted == 2
+        parent = await jobs.get(ids["parent"])
+        assert parent is not None and parent.pending_deps == 1
+    else:
+        deleted, attached, waited = await overlap(jobs.db.pool, purge, attach)
+        assert waited and deleted == 4 and str(ids["parent"]) in attached
+        assert await remaining_ids(jobs) == {newcomer}
+    assert (
+        await jobs.db.pool.fetchval(
+            f"SELECT count(*) FROM {jobs.schema}.jobs d WHERE d.pending_deps <>"
+            f" (SELECT count(*) FROM {jobs.schema}.job_edges e"
+            "   WHERE e.dependent_id = d.id AND e.state IN ('open', 'blocked'))"
+        )
+        == 0
+    )
+
+
+async def test_purges_taking_dependents_racing_attaches_leave_counts_consistent(
+    jobs: JobQueue, kinds
+) -> None:
+    """Stress: purges of children, taking their parents, racing attaches of new prerequisites
+    to those parents: no parent is left waiting for an edge that is not there, none waits
+    for a deleted job, and nothing deadlocks."""
+    families = [await _family(jobs) for _ in range(30)]
+    newcomers = [(await jobs.enqueue("x", {"n": i}, queue="b", delay=3600)).id for i in range(30)]
+
+    async def purge(family: dict[str, int]) -> None:
+        await jobs.purge(JobFilter(ids=(family["c1"], family["c2"])), take_dependents=True)
+
+    async def attach(family: dict[str, int], newcomer: int) -> None:
+        try:
+            await jobs.add_dependency(newcomer, family["parent"])
+        except Exception as exc:  # refused when the parent went first
+            assert str(family["parent"]) in str(exc), exc
+
+    await asyncio.gather(
+        *(purge(f) for f in families),
+        *(attach(f, n) for f, n in zip(families, newcomers, strict=True)),
+    )
+    pool = jobs.db.pool
+    assert (
+        await pool.fetchval(
+            f"SELECT count(*) FROM {jobs.schema}.jobs d WHERE d.pending_deps <>"
+            f" (SELECT count(*) FROM {jobs.schema}.job_edges e"
+            "   WHERE e.dependent_id = d.id AND e.state IN ('open', 'blocked'))"
+        )
+        == 0
+    )
+    assert (
+        await pool.fetchval(
+            f"SELECT count(*) FROM {jobs.schema}.job_edges e WHERE NOT EXISTS"
+            f" (SELECT FROM {jobs.schema}.jobs j WHERE j.id = e.dependent_id)"
+            f" OR NOT EXISTS (SELECT FROM {jobs.schema}.jobs j WHERE j.id = e.prerequisite_id)"
+        )
+        == 0
+    )
+    for family in families:
+        parent = await jobs.get(family["parent"])
+        # Kept only by a newcomer it now waits for; otherwise gone with its children.
+        assert parent is None or parent.pending_deps == 1
+
+
+async def test_pending_run_filter_selects_the_schedules_next_runs(jobs: JobQueue, kinds) -> None:
+    await jobs.upsert_schedule(
+        "hourly", "x", {"n": 1}, every=3600, immediately=True, materialize=True
+    )
+    other = (await jobs.enqueue("x", {"n": 2})).id
+    run = (await jobs.get_schedule("hourly")).pending_job_id  # type: ignore[union-attr]
+    assert run is not None
+    listed = await jobs.list_jobs(JobFilter(pending_run=True))
+    assert [r.id for r in listed] == [run]
+    assert [r.id for r in await jobs.list_jobs(JobFilter(pending_run=False))] == [other]
+    assert (await jobs.purge(JobFilter(pending_run=False))).deleted == 1
+    assert await remaining_ids(jobs) == {run}

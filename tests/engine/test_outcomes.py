@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pydantic
 import pytest
 
-from pgjobs import Backoff, Delayed, Fatal, JobQueue, Registry, Retry, Status
+from pgjobs import Backoff, Delayed, Fatal, JobQueue, Registry, Retry, Status, WaitForPrerequisites
 from tests.helpers import eventually, expire_lease
 
 
@@ -368,3 +369,59 @@ async def test_a_raising_listener_does_not_disturb_the_job(
     await jobs.worker(on_event=explode).run(until_drained=True)
     row = await jobs.get(result.id)
     assert row is not None and row.status is Status.COMPLETED and row.output == "done"
+
+
+async def test_a_counted_wait_for_prerequisites_is_a_deferral(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    """``WaitForPrerequisites(counted=True)``: the run is counted in ``deferrals`` (so that
+    attempts + deferrals + stalls count every run) and refunds its attempt; a deferral budget
+    applies to it as to ``Delayed``."""
+    runs: list[tuple[int, int]] = []
+
+    @registry.kind("child", input=Task, queue="kids")
+    async def child(ctx, task: Task) -> int:
+        return task.n
+
+    @registry.kind("waits", input=Task, queue="kids")
+    async def waits(ctx, task: Task) -> int:
+        runs.append((ctx.attempts, ctx.deferrals))
+        if not await ctx.prerequisites():
+            await jobs.add_prerequisite(ctx.id, "child", {"n": 7})
+            raise WaitForPrerequisites(counted=True)
+        return 1
+
+    row = await finish(jobs, (await jobs.enqueue("waits", {})).id)
+    assert row.status is Status.COMPLETED and runs == [(1, 0), (1, 1)]
+    assert (row.attempts, row.deferrals) == (1, 1)
+
+    @registry.kind("budget", input=Task, queue="kids", max_deferrals=1)
+    async def budget(ctx, task: Task) -> int:
+        await jobs.add_prerequisite(ctx.id, "child", {"n": 8})
+        raise WaitForPrerequisites(counted=True)
+
+    row = await finish(jobs, (await jobs.enqueue("budget", {})).id)
+    assert row.status is Status.DEAD and (row.attempts, row.deferrals) == (0, 1)
+
+
+async def test_a_retry_due_at_once_keeps_its_place_by_priority(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    """A retry without backoff holds its worker's slot until it is written: the claim that
+    slot makes sees it, and a higher-priority retry runs before lower-priority due jobs."""
+    order: list[tuple[int, int]] = []
+
+    @registry.kind("ranked", input=Task, max_attempts=2, backoff=Backoff.fixed(0))
+    async def ranked(ctx, task: Task) -> None:
+        order.append((task.n, ctx.attempts))
+        await asyncio.sleep(0.02)
+        if task.n == 1 and ctx.attempts == 1:
+            raise ValueError("once more")
+
+    for _ in range(3):
+        order.clear()
+        await jobs.enqueue("ranked", {"n": 1}, priority=5)
+        for n in (2, 3):
+            await jobs.enqueue("ranked", {"n": n}, priority=1)
+        await jobs.worker(concurrency=1, claim_ahead=0).run(until_drained=True)
+        assert order == [(1, 1), (1, 2), (2, 1), (3, 1)]

@@ -185,3 +185,14 @@ async def test_setting_the_same_rate_limit_again_keeps_the_current_window(
         f"SELECT window_start, window_count FROM {jobs.schema}.queue_settings WHERE queue = 'rl'"
     )
     assert row["window_count"] == 0 and row["window_start"] is None
+
+
+async def test_settings_report_the_rate_limit_window(jobs: JobQueue, registry: Registry) -> None:
+    registry.declare("w", input=Item, queue="win")
+    await jobs.set_rate_limit("win", 2, 60)
+    fresh = await jobs.queue_settings("win")
+    assert (fresh.window_start, fresh.window_count) == (None, 0)
+    await jobs.enqueue_many([JobSpec("w", {"n": i}) for i in range(3)])
+    assert len(await claim(jobs, "win", ["w"])) == 2
+    settings = await jobs.queue_settings("win")
+    assert settings.window_count == 2 and settings.window_start is not None

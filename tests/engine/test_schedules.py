@@ -9,7 +9,16 @@ from zoneinfo import ZoneInfo
 import pydantic
 import pytest
 
-from pgjobs import InvalidJobInput, InvalidOption, JobQueue, Registry, UnknownKind
+from pgjobs import (
+    SCHEDULE_RUN_KEY,
+    InvalidJobInput,
+    InvalidOption,
+    JobQueue,
+    Keep,
+    Registry,
+    ScheduleTickTaken,
+    UnknownKind,
+)
 from pgjobs.schedules import next_tick
 from tests.helpers import eventually
 from tests.interleave import overlap
@@ -431,3 +440,93 @@ async def test_pauses_and_resumes_racing_runs_never_leave_two_pending_runs(
     await running
     assert await _pending_runs(jobs, "fast") == []
     assert ran  # runs happened between the pauses
+
+
+async def test_a_run_whose_tick_is_taken_moves_on_or_is_refused(jobs: JobQueue, report) -> None:
+    """A materialized run whose tick's job key is another job's moves to the next free tick;
+    with refuse_taken_tick the upsert raises ScheduleTickTaken and writes nothing."""
+    tick = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    taken_key = f"repeat:taken:{int(tick.timestamp() * 1000)}"
+    squatter = await jobs.enqueue("report", {"account": 9}, job_key=taken_key, delay=7200)
+    options = dict(every=60, materialize=True, job_key_prefix="repeat:taken:", first_run_at=tick)
+    with pytest.raises(ScheduleTickTaken) as refused:
+        await jobs.upsert_schedule(
+            "taken", "report", {"account": 1}, refuse_taken_tick=True, **options
+        )
+    assert refused.value.job_key == taken_key and refused.value.tries == 1
+    assert await jobs.get_schedule("taken") is None
+    assert [r["id"] for r in await emitted_ids(jobs)] == [squatter.id]
+
+    await jobs.upsert_schedule("taken", "report", {"account": 1}, **options)
+    (run,) = await _pending_runs(jobs, "taken")
+    assert run["run_at"] == tick + timedelta(seconds=60)  # the next free tick
+
+
+async def emitted_ids(jobs: JobQueue) -> list[dict]:
+    rows = await jobs.db.pool.fetch(f"SELECT id FROM {jobs.schema}.jobs ORDER BY id")
+    return [dict(r) for r in rows]
+
+
+async def test_each_run_carries_its_iteration_and_the_schedules_retention(
+    jobs: JobQueue, report
+) -> None:
+    await jobs.upsert_schedule(
+        "counted",
+        "report",
+        {"account": 1},
+        every=3600,
+        immediately=True,
+        materialize=True,
+        metadata={"origin": "test"},
+        keep_completed=Keep(count=0),
+    )
+    (first,) = await _pending_runs(jobs, "counted")
+    row = await jobs.get(first["id"])
+    assert row is not None
+    assert row.metadata == {"origin": "test", SCHEDULE_RUN_KEY: {"iteration": 1}}
+    (run,) = await jobs.claim(["reports"])
+    (second,) = await _pending_runs(jobs, "counted")
+    following = await jobs.get(second["id"])
+    assert following is not None and following.metadata[SCHEDULE_RUN_KEY] == {"iteration": 2}
+    assert await run.complete("done")
+    assert await jobs.get(first["id"]) is None  # keep_completed=Keep(count=0): removed at once
+    with pytest.raises(InvalidOption, match="keep_dead"):
+        await jobs.upsert_schedule("bad", "report", {"account": 1}, every=60, keep_dead=5)
+
+
+async def test_an_upsert_keeps_a_due_run_waiting_in_a_paused_queue(jobs: JobQueue, report) -> None:
+    """keep_waiting_run: a due run of that priority, in a paused queue, stays (no longer the
+    schedule's run) and the upsert makes a new one; otherwise the run is replaced."""
+    await jobs.upsert_schedule(
+        "paused", "report", {"account": 1}, every=3600, immediately=True, materialize=True
+    )
+    (due,) = await _pending_runs(jobs, "paused")
+    priority = (await jobs.get(due["id"])).priority  # type: ignore[union-attr]
+    again = dict(every=1800, materialize=True, keep_waiting_run=priority)
+    await jobs.upsert_schedule("paused", "report", {"account": 2}, **again)
+    assert await jobs.get(due["id"]) is None  # the queue runs: replaced
+
+    await jobs.upsert_schedule(
+        "paused", "report", {"account": 3}, every=3600, immediately=True, materialize=True
+    )
+    (due,) = await _pending_runs(jobs, "paused")
+    await jobs.pause("reports")
+    await jobs.upsert_schedule("paused", "report", {"account": 4}, **again)
+    kept = await jobs.get(due["id"])
+    assert kept is not None and kept.payload == {"account": 3}
+    schedule = await jobs.get_schedule("paused")
+    assert schedule is not None and schedule.pending_job_id not in (None, due["id"])
+
+
+async def test_advance_schedule_makes_the_next_run_once(jobs: JobQueue, report) -> None:
+    await jobs.upsert_schedule(
+        "advanced", "report", {"account": 1}, every=3600, immediately=True, materialize=True
+    )
+    (first,) = await _pending_runs(jobs, "advanced")
+    await jobs.advance_schedule("advanced", first["id"])
+    await jobs.advance_schedule("advanced", first["id"])  # no longer the pending run: nothing
+    runs = await _pending_runs(jobs, "advanced")
+    assert [r["id"] for r in runs] == [first["id"], runs[1]["id"]] and len(runs) == 2
+    schedule = await jobs.get_schedule("advanced")
+    assert schedule is not None and schedule.pending_job_id == runs[1]["id"]
+    assert schedule.emitted == 2

@@ -1,57 +1,109 @@
-"""The schema as source: a schema migrated from scratch and one brought from the last release
-before the definitions moved to sql/schema/ (migration 0009) end up with the same catalog, and
-that catalog holds exactly the functions and triggers that sql/schema/ defines."""
+"""The schema as source. A schema migrated from scratch has exactly the catalog recorded in
+``schema_catalog.txt`` beside this file: its tables, columns, defaults, constraints, indexes,
+sequences, types, views, comments, functions and triggers, and no rows but the ledger's. Any
+change to ``sql/migrations/`` or ``sql/schema/`` that changes the catalog must update that
+snapshot, on purpose; regenerate it with
+
+    PGJOBS_REGENERATE=1 .venv/bin/python -m pytest tests/engine/test_schema_catalog.py -k snapshot
+
+and review its diff. A schema at an earlier release brought up by a later migration ends up
+with the same catalog as one migrated from scratch, and that catalog holds exactly the
+functions and triggers that ``sql/schema/`` defines."""
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
+from pathlib import Path
 
 import asyncpg
 import pytest
 
-from pgjobs import JobQueue, SchemaMissing, sql
+from pgjobs import JobQueue, MigrationFailed, SchemaMissing, sql
 from pgjobs.migrate import apply_schema
-from tests.releases import at_release
+from tests.releases import at_release, with_later_migration
+
+SNAPSHOT = Path(__file__).with_name("schema_catalog.txt")
 
 _FUNCTION = re.compile(r"CREATE OR REPLACE FUNCTION \{schema\}\.([a-z_]+)\(")
 _TRIGGER = re.compile(r"CREATE OR REPLACE TRIGGER ([a-z_]+) ")
 
+_CATALOG_QUERIES = {
+    "relation": """
+        SELECT c.relname, c.relkind::text, c.relpersistence::text, coalesce(c.reloptions::text, '')
+        FROM pg_class c WHERE c.relnamespace = $1::regnamespace""",
+    "column": """
+        SELECT c.relname, lpad((row_number() OVER (PARTITION BY c.oid ORDER BY a.attnum))::text, 3, '0'),
+               a.attname, format_type(a.atttypid, a.atttypmod),
+               CASE WHEN a.attnotnull THEN 'not null' ELSE 'null' END,
+               coalesce(pg_get_expr(d.adbin, d.adrelid), ''), a.attidentity::text,
+               a.attgenerated::text
+        FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+        LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+        WHERE c.relnamespace = $1::regnamespace AND c.relkind IN ('r', 'v', 'm', 'c', 'p')
+          AND a.attnum > 0 AND NOT a.attisdropped""",
+    # contype 'n': NOT NULL as a constraint (PostgreSQL 18); the columns already say it.
+    "constraint": """
+        SELECT c.conrelid::regclass::text, c.conname, pg_get_constraintdef(c.oid)
+        FROM pg_constraint c WHERE c.connamespace = $1::regnamespace AND c.contype <> 'n'""",
+    "index": """
+        SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = $1""",
+    "sequence": """
+        SELECT c.relname, format_type(s.seqtypid, NULL), s.seqstart::text,
+               s.seqincrement::text, s.seqmin::text, s.seqmax::text, s.seqcache::text,
+               s.seqcycle::text
+        FROM pg_sequence s JOIN pg_class c ON c.oid = s.seqrelid
+        WHERE c.relnamespace = $1::regnamespace""",
+    "type": """
+        SELECT t.typname, t.typtype::text,
+               coalesce(format_type(t.typbasetype, t.typtypmod), '')
+        FROM pg_type t LEFT JOIN pg_class c ON c.oid = t.typrelid
+        WHERE t.typnamespace = $1::regnamespace AND t.typelem = 0
+          AND (c.relkind IS NULL OR c.relkind = 'c')""",
+    "view": """
+        SELECT c.relname, pg_get_viewdef(c.oid)
+        FROM pg_class c WHERE c.relnamespace = $1::regnamespace AND c.relkind IN ('v', 'm')""",
+    # The body of each function is checked against sql/schema/ below; the snapshot keeps
+    # what else makes it (its signature, result, language and settings).
+    "function": """
+        SELECT p.proname, pg_get_function_identity_arguments(p.oid),
+               pg_get_function_result(p.oid), l.lanname, p.provolatile::text,
+               p.prosecdef::text, p.proisstrict::text, coalesce(p.proconfig::text, '')
+        FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+        WHERE p.pronamespace = $1::regnamespace""",
+    "trigger": """
+        SELECT t.tgrelid::regclass::text, t.tgname, pg_get_triggerdef(t.oid)
+        FROM pg_trigger t JOIN pg_class r ON r.oid = t.tgrelid
+        WHERE r.relnamespace = $1::regnamespace AND NOT t.tgisinternal""",
+    "comment": """
+        SELECT d.classoid::regclass::text, coalesce(c.relname, p.proname, t.typname),
+               d.objsubid::text, d.description
+        FROM pg_description d
+        LEFT JOIN pg_class c ON d.classoid = 'pg_class'::regclass AND c.oid = d.objoid
+        LEFT JOIN pg_proc p ON d.classoid = 'pg_proc'::regclass AND p.oid = d.objoid
+        LEFT JOIN pg_type t ON d.classoid = 'pg_type'::regclass AND t.oid = d.objoid
+        WHERE coalesce(c.relnamespace, p.pronamespace, t.typnamespace) = $1::regnamespace""",
+}
 
-async def _catalog(conn: asyncpg.Connection, schema: str) -> dict[str, list[tuple[str, ...]]]:
-    """Functions (by pg_get_functiondef), tables and columns, indexes, constraints and
-    triggers of ``schema``, with its name replaced by ``{schema}``."""
-    queries = {
-        "functions": """
-            SELECT p.proname, pg_get_function_identity_arguments(p.oid), pg_get_functiondef(p.oid)
-            FROM pg_proc p WHERE p.pronamespace = $1::regnamespace ORDER BY 1, 2""",
-        "columns": """
-            SELECT table_name, ordinal_position::text, column_name, data_type, is_nullable,
-                   coalesce(column_default, ''), is_identity
-            FROM information_schema.columns WHERE table_schema = $1 ORDER BY 1, 2""",
-        "indexes": """
-            SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = $1 ORDER BY 1""",
-        "constraints": """
-            SELECT c.conrelid::regclass::text, c.conname, pg_get_constraintdef(c.oid)
-            FROM pg_constraint c WHERE c.connamespace = $1::regnamespace ORDER BY 1, 2""",
-        "triggers": """
-            SELECT t.tgrelid::regclass::text, t.tgname, pg_get_triggerdef(t.oid)
-            FROM pg_trigger t JOIN pg_class r ON r.oid = t.tgrelid
-            WHERE r.relnamespace = $1::regnamespace AND NOT t.tgisinternal ORDER BY 1, 2""",
-    }
-    catalog = {}
-    for part, query in queries.items():
-        rows = await conn.fetch(query, schema)
-        catalog[part] = [
-            tuple(str(value).replace(schema, "{schema}") for value in row) for row in rows
-        ]
-    return catalog
 
-
-async def _at_release_0009(conn: asyncpg.Connection, schema: str) -> None:
-    """What the code of the 0009 release left: migrations 1-9 applied and recorded, nothing
-    else."""
-    await at_release(conn, schema, 9)
+async def catalog(conn: asyncpg.Connection, schema: str) -> list[str]:
+    """The catalog of ``schema``, one sorted line per object (``kind: field | field ...``),
+    its name replaced by ``{schema}``; with the number of rows of each table but the ledger's
+    (``migrations``, ``schema_definitions``), which a fresh schema must hold with none."""
+    lines = []
+    for kind, query in _CATALOG_QUERIES.items():
+        for row in await conn.fetch(query, schema):
+            lines.append((f"{kind}: " + " | ".join(str(value) for value in row)).rstrip())
+    tables = await conn.fetch(
+        "SELECT relname FROM pg_class WHERE relnamespace = $1::regnamespace AND relkind = 'r'"
+        " AND relname NOT IN ('migrations', 'schema_definitions')",
+        schema,
+    )
+    for (table,) in tables:
+        count = await conn.fetchval(f"SELECT count(*) FROM {schema}.{table}")
+        lines.append(f"rows: {table} | {count}")
+    return sorted(line.replace(schema, "{schema}") for line in lines)
 
 
 @pytest.fixture
@@ -66,30 +118,93 @@ async def two_schemas(pg_dsn: str):
         await conn.close()
 
 
-async def test_fresh_and_upgraded_schemas_have_the_same_catalog(two_schemas) -> None:
-    conn, (fresh, upgraded) = two_schemas
-    report = await apply_schema(conn, fresh)
+async def test_a_fresh_schema_matches_the_snapshot(two_schemas) -> None:
+    conn, (schema, _) = two_schemas
+    report = await apply_schema(conn, schema)
     assert report.versions == list(range(1, sql.latest_version() + 1))
-    assert report.definitions_applied
+    found = await catalog(conn, schema)
+    text = "\n".join(found) + "\n"
+    if os.environ.get("PGJOBS_REGENERATE"):
+        SNAPSHOT.write_text(text, encoding="utf-8")
+        pytest.skip(f"regenerated {SNAPSHOT}: review its diff")
+    expected = SNAPSHOT.read_text(encoding="utf-8").splitlines()
+    missing = sorted(set(expected) - set(found))
+    extra = sorted(set(found) - set(expected))
+    assert (missing, extra) == ([], []), (
+        "the migrated catalog differs from tests/engine/schema_catalog.txt (missing: lines of"
+        " the snapshot not found; extra: lines found but not in it). If the change is meant,"
+        " regenerate the snapshot (see this module's docstring)."
+    )
 
-    await _at_release_0009(conn, upgraded)
-    # Rows written by the old release survive the upgrade untouched.
+
+_LATER = """
+ALTER TABLE {schema}.jobs ADD COLUMN note text;
+CREATE INDEX jobs_note_idx ON {schema}.jobs (note) WHERE note IS NOT NULL;
+UPDATE {schema}.jobs SET note = 'before';
+"""
+
+
+async def test_an_older_schema_and_a_fresh_one_have_the_same_catalog(
+    two_schemas, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conn, (fresh, upgraded) = two_schemas
+    baseline = sql.latest_version()
+    await at_release(conn, upgraded, baseline)
+    assert (await apply_schema(conn, upgraded)).versions == []  # the definitions only
+    # Rows written by the older release survive the upgrade.
     await conn.execute(
         f"INSERT INTO {upgraded}.jobs (queue, kind, name, payload, max_attempts, backoff)"
         " VALUES ('q', 'k', 'k', '{}', 1, '{}')"
     )
-    report = await apply_schema(conn, upgraded)
-    assert report.versions == list(range(10, sql.latest_version() + 1))
-    assert report.definitions_applied
-    assert await conn.fetchval(f"SELECT count(*) FROM {upgraded}.jobs") == 1
+    later = with_later_migration(monkeypatch, "notes", _LATER)
 
-    assert await _catalog(conn, upgraded) == await _catalog(conn, fresh)
+    report = await apply_schema(conn, upgraded)
+    assert report.versions == [later]
+    assert report.definitions_applied  # re-applied with every migration
+    assert await conn.fetchval(f"SELECT note FROM {upgraded}.jobs") == "before"
+
+    report = await apply_schema(conn, fresh)
+    assert report.versions == list(range(1, later + 1))
+    await conn.execute(f"DELETE FROM {upgraded}.jobs")
+    assert await catalog(conn, upgraded) == await catalog(conn, fresh)
+    assert "index: jobs_note_idx" in "\n".join(await catalog(conn, fresh))
+
+
+async def test_a_pre_release_schema_is_refused_by_name(two_schemas) -> None:
+    """A schema migrated before 0.1.0 recorded migrations 0001 (init) to 0024; 0.1.0 squashed
+    them into 0001_baseline. Its ledger is refused with what to do, and nothing changes."""
+    conn, (schema, _) = two_schemas
+    await conn.execute(f"CREATE SCHEMA {schema}")
+    await conn.execute(
+        f"CREATE TABLE {schema}.migrations (version integer PRIMARY KEY, name text NOT NULL,"
+        " applied_at timestamptz NOT NULL DEFAULT now())"
+    )
+    await conn.execute(
+        f"INSERT INTO {schema}.migrations (version, name)"
+        " VALUES (1, 'init'), (2, 'flows_operations'), (24, 'dedup_keep_last')"
+    )
+    with pytest.raises(MigrationFailed) as refused:
+        await apply_schema(conn, schema)
+    assert (refused.value.version, refused.value.name) == (1, "baseline")
+    assert "records migration 0001 as 'init', not 'baseline'" in str(refused.value)
+    assert "pre-release pgjobs" in str(refused.value)
+    assert f"DROP SCHEMA {schema} CASCADE" in str(refused.value)
+    assert await conn.fetchval("SELECT to_regclass($1)", f"{schema}.jobs") is None
 
 
 async def test_the_catalog_holds_exactly_what_sql_schema_defines(two_schemas) -> None:
     conn, (schema, _) = two_schemas
     await apply_schema(conn, schema)
-    catalog = await _catalog(conn, schema)
+    functions = await conn.fetch(
+        "SELECT p.proname, pg_get_functiondef(p.oid) FROM pg_proc p"
+        " WHERE p.pronamespace = $1::regnamespace",
+        schema,
+    )
+    triggers = await conn.fetch(
+        "SELECT t.tgname FROM pg_trigger t JOIN pg_class r ON r.oid = t.tgrelid"
+        " WHERE r.relnamespace = $1::regnamespace AND NOT t.tgisinternal",
+        schema,
+    )
     defined_functions = set()
     defined_triggers = set()
     bodies: dict[str, str] = {}
@@ -100,11 +215,11 @@ async def test_the_catalog_holds_exactly_what_sql_schema_defines(two_schemas) ->
         for match in re.finditer(
             r"FUNCTION \{schema\}\.([a-z_]+)\(.*?AS \$fn\$(.*?)\$fn\$", template, re.S
         ):
-            bodies[match.group(1)] = match.group(2)
-    # No stale overload or leftover function from an earlier migration.
-    assert sorted(name for name, _, _ in catalog["functions"]) == sorted(defined_functions)
-    assert {name for _, name, _ in catalog["triggers"]} == defined_triggers
-    for name, _, definition in catalog["functions"]:
+            bodies[match.group(1)] = match.group(2).replace("{schema}", schema)
+    # No stale overload, and no function or trigger the migrations made on their own.
+    assert sorted(name for name, _ in functions) == sorted(defined_functions)
+    assert {name for (name,) in triggers} == defined_triggers
+    for name, definition in functions:
         assert bodies[name] in definition, name
 
 

@@ -258,8 +258,8 @@ async def test_find_by_job_key_probes_each_queue_through_the_key_index(
 
 
 async def test_in_flight_reads_use_the_partial_indexes_not_the_history(jobs: JobQueue) -> None:
-    """Migration 0020 dropped the index of every in-flight row: counts, gauges, cancels by
-    filter and status listings now combine the partial indexes that hold in-flight jobs, and
+    """No index holds every in-flight row (0001_baseline.sql): counts, gauges, cancels by
+    filter and status listings combine the partial indexes that hold in-flight jobs, and
     still read none of the finished history (nor miss a job of any in-flight sub-state)."""
     pool, schema = jobs.db.pool, jobs.schema
     await pool.execute(

@@ -2,7 +2,7 @@
 
 Each fault scenario records what it injected and what it measured; with
 ``pytest --reliability-report`` the session rewrites the table between the markers of
-README's reliability section (``./run reliability`` does this), so the README shows what the
+docs/guarantees.md (``./run reliability`` does this), so the documentation shows what the
 suite itself measured, on the machine it names.
 """
 
@@ -73,10 +73,10 @@ def render(figures: list[Figure], server_version: str) -> str:
     return "\n".join(lines)
 
 
-def write_into(readme: Path, table: str) -> None:
+def write_into(page: Path, table: str) -> None:
     """Replace the text between the markers; refuse (loudly) if they are missing."""
-    text = readme.read_text()
+    text = page.read_text()
     pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.DOTALL)
     if not pattern.search(text):
-        raise RuntimeError(f"{readme} has no {START} ... {END} section to write the figures into")
-    readme.write_text(pattern.sub(lambda _m: f"{START}\n{table}\n{END}", text))
+        raise RuntimeError(f"{page} has no {START} ... {END} section to write the figures into")
+    page.write_text(pattern.sub(lambda _m: f"{START}\n{table}\n{END}", text))

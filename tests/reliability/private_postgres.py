@@ -83,6 +83,17 @@ class PrivateServer:
                    " -c fsync=off -c full_page_writes=off")  # fmt: skip
         self._ctl("start", "-l", str(self._root / "server.log"), "-o", options)
 
+    def start_as_standby_of(self, primary: PrivateServer) -> None:
+        """A streaming replica of ``primary``: a base backup that follows it (``-R``), started
+        on this server's own port (read-only until ``promote``)."""
+        self._run(str(self._bin / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(primary.port),
+                  "-U", "postgres", "-D", str(self._data), "-R", "-X", "stream")  # fmt: skip
+        self.start()
+
+    def promote(self) -> None:
+        """End recovery: this standby becomes a primary that accepts writes."""
+        self._ctl("promote")
+
     def stop(self, mode: str = "fast") -> None:
         self._ctl("stop", "-m", mode)
 

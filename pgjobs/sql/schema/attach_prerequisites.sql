@@ -10,7 +10,7 @@
 -- own resolution, a later statement, sees the edges). Dependents gain one count per counted
 -- edge (open, blocked), taken on their locked rows, as resolve_dependents takes them off.
 --
--- The edges have no foreign keys (migration 0023): the dependents are locked too (FOR KEY
+-- The edges have no foreign keys (job_edges_integrity.sql): the dependents are locked too (FOR KEY
 -- SHARE, the lock a foreign key check took), so neither end can be deleted until this
 -- transaction ends, and an id whose job is gone (deleted before the lock) is refused with
 -- foreign_key_violation, naming it, before anything is written (job_edges_integrity.sql).

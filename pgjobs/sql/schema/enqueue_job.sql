@@ -195,3 +195,35 @@ CREATE OR REPLACE FUNCTION {schema}.key_holder(
     ORDER BY j.job_key = p_job_key DESC NULLS LAST
     LIMIT 1
 $fn$;
+
+-- enqueue_kept_jobs: enqueue the jobs kept for dedup keys (table dedup_next)
+-- whose holders p_ids the caller has just written finished (finish_jobs.sql), in the caller's
+-- transaction: each is written as enqueue_job writes a job in a caller's transaction (pending,
+-- its 'added' event when it records events, its queue notified), its delay counted from now,
+-- and holds its key in flight in turn. A kept row is deleted as it is enqueued; one whose job
+-- key another job has taken meanwhile is dropped. The holders' rows are locked by the caller,
+-- which is what keep_next_job waits for: a job kept before that lock is enqueued here, one
+-- arriving after it finds its holder finished. Returns how many jobs were written.
+CREATE OR REPLACE FUNCTION {schema}.enqueue_kept_jobs(p_ids bigint[], p_channel text)
+RETURNS int LANGUAGE plpgsql AS $fn$
+DECLARE
+    kept    record;
+    written int := 0;
+    result  record;
+BEGIN
+    FOR kept IN
+        DELETE FROM {schema}.dedup_next d WHERE d.holder_id = ANY(p_ids) RETURNING d.*
+    LOOP
+        SELECT e.id, e.duplicate INTO result
+        FROM {schema}.enqueue_job(
+            kept.queue, kept.kind, kept.name, kept.payload::text, kept.priority, kept.run_at,
+            kept.delay, kept.max_attempts, kept.max_deferrals, kept.backoff::text, kept.key,
+            kept.group_key, kept.job_tenant, kept.metadata::text, kept.job_key,
+            kept.retention::text, NULL, 0, kept.record_events, p_channel, NULL, false) AS e;
+        IF NOT result.duplicate THEN
+            written := written + 1;
+        END IF;
+    END LOOP;
+    RETURN written;
+END
+$fn$;

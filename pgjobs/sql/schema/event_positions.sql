@@ -1,4 +1,4 @@
--- Event stream positions that survive a server crash (migration 0022).
+-- Event stream positions that survive a server crash (tables incarnation, event_stream_starts).
 --
 -- A stream's position in the event log is a transaction id (events.sql). Recovery from a crash
 -- restarts the id counter after the newest id it finds in the WAL on disk, so the ids of

@@ -7,6 +7,15 @@
 -- p_statuses: completed | pending (retry, deferral, given back) | dead. p_delays: seconds from
 -- now for a pending outcome; NULL keeps the due time (a job given back unrun keeps its place).
 -- p_refunds: attempts given back (a deferral, a job given back); p_deferred: deferrals counted.
+-- A job written completed or dead that held a dedup key in flight enqueues the job kept for
+-- that key while it ran, if any (dedup_next, enqueue_kept_jobs), in this same transaction.
+--
+-- A completion is refused for a job that still has counted prerequisites (pending_deps > 0:
+-- prerequisites attached while it ran, open or blocked by a failure; BullMQ's "has pending
+-- dependencies"): nothing is written for it, it stays running and owned, and its id comes
+-- back negated. It is decided on the row as locked below, which attach_prerequisites must
+-- lock too to count an edge, so an attach either committed before (and is seen) or waits
+-- for this transaction (and finds the job completed).
 CREATE OR REPLACE FUNCTION {schema}.finish_jobs(
     p_ids bigint[], p_tokens uuid[], p_statuses text[], p_outputs text[], p_delays float8[],
     p_errors text[], p_refunds int[], p_deferred int[], p_channel text
@@ -27,13 +36,21 @@ DECLARE
     any_goes     boolean;
     gone_ids     bigint[];
     gone_queues  text[];
+    gone_keyed   bigint[];
+    keyed_ids    bigint[];
     trimmed      record;
+    refused      bigint[];
+    dropped      bigint[];
+    dropped_queues text[];
 BEGIN
     -- One lock order for every multi-row writer of running jobs: ascending id. Only the rows
     -- still held by the given tokens: no other row stays locked while the trim lock is awaited.
     -- Whether one of them goes at once (below) is read as they are locked.
-    SELECT coalesce(bool_or(x.goes), false) INTO any_goes
-    FROM (SELECT (j.retention -> f.status ->> 'count')::int = 0 AS goes
+    SELECT coalesce(bool_or(x.goes AND NOT x.refused), false),
+           coalesce(array_agg(x.id) FILTER (WHERE x.refused), '{}')
+    INTO any_goes, refused
+    FROM (SELECT j.id, (j.retention -> f.status ->> 'count')::int = 0 AS goes,
+                 f.status = 'completed' AND j.pending_deps > 0 AS refused
           FROM {schema}.jobs j, unnest(p_ids, p_tokens, p_statuses) AS f(id, token, status)
           WHERE j.id = f.id AND j.lock_token = f.token
           ORDER BY j.id
@@ -53,9 +70,9 @@ BEGIN
             USING unnest(p_ids, p_tokens, p_statuses, p_outputs, p_errors, p_refunds)
                   AS f(id, token, status, output, error, refund)
             WHERE j.id = f.id AND j.lock_token = f.token AND f.status IN ('completed', 'dead')
-              AND (j.retention -> f.status ->> 'count')::int = 0
+              AND (j.retention -> f.status ->> 'count')::int = 0 AND NOT j.id = ANY(refused)
               AND NOT EXISTS (SELECT FROM {schema}.job_edges e WHERE e.prerequisite_id = j.id)
-            RETURNING j.id, j.queue, j.job_key, j.tenant, j.record_events,
+            RETURNING j.id, j.queue, j.job_key, j.tenant, j.record_events, j.dedup_key,
                       CASE f.status WHEN 'completed' THEN 'completed' ELSE 'failed' END AS event,
                       f.output::jsonb AS output,
                       coalesce(f.error::jsonb, j.last_error) AS last_error,
@@ -76,8 +93,9 @@ BEGIN
             SELECT count(pg_notify('{schema}_events', q.queue)) AS notified
             FROM (SELECT DISTINCT r.queue FROM recorded r) q
         )
-        SELECT array_agg(g.id), array_agg(DISTINCT g.queue)
-        INTO gone_ids, gone_queues
+        SELECT array_agg(g.id), array_agg(DISTINCT g.queue),
+               array_agg(g.id) FILTER (WHERE g.dedup_key IS NOT NULL)
+        INTO gone_ids, gone_queues, gone_keyed
         FROM gone g, readers;
     END IF;
     WITH written AS (
@@ -96,10 +114,12 @@ BEGIN
         FROM unnest(p_ids, p_tokens, p_statuses, p_outputs, p_delays, p_errors, p_refunds,
                     p_deferred) AS f(id, token, status, output, delay, error, refund, deferred)
         WHERE j.id = f.id AND j.lock_token = f.token  -- a token is set only while running
-        RETURNING j.id, j.status, j.queue, j.retention -> j.status AS rule
+          AND NOT j.id = ANY(refused)
+        RETURNING j.id, j.status, j.queue, j.retention -> j.status AS rule,
+                  j.dedup_key IS NOT NULL AS keyed
     ),
     kept AS (  -- the rule of the status written, read once per row; whether a job depends on it
-        SELECT w.id, w.status, w.queue, (w.rule ->> 'count')::int AS keep_count,
+        SELECT w.id, w.status, w.queue, w.keyed, (w.rule ->> 'count')::int AS keep_count,
                (w.rule ->> 'age')::float8 AS keep_age,
                EXISTS (SELECT FROM {schema}.job_edges e WHERE e.prerequisite_id = w.id)
                    AS prerequisite
@@ -115,9 +135,10 @@ BEGIN
            array_agg(keep_count) FILTER (WHERE keep_count > 0),
            array_agg(queue) FILTER (WHERE keep_age IS NOT NULL),
            array_agg(status) FILTER (WHERE keep_age IS NOT NULL),
-           array_agg(keep_age) FILTER (WHERE keep_age IS NOT NULL)
+           array_agg(keep_age) FILTER (WHERE keep_age IS NOT NULL),
+           array_agg(id) FILTER (WHERE keyed AND status <> 'pending')
     INTO done_ids, ended_prerequisites, remove_ids, done_queues, wake_queues,
-         trim_queues, trim_states, trim_keep, age_queues, age_states, age_keep
+         trim_queues, trim_states, trim_keep, age_queues, age_states, age_keep, keyed_ids
     FROM kept;
 
     IF gone_ids IS NOT NULL THEN
@@ -125,12 +146,33 @@ BEGIN
         done_queues := ARRAY(SELECT DISTINCT q
                              FROM unnest(coalesce(done_queues, '{}') || gone_queues) AS q);
     END IF;
+    RETURN QUERY SELECT -r FROM unnest(refused) AS r;
     IF done_ids IS NULL THEN
         RETURN;
+    END IF;
+    -- Holders of a dedup key that finished: the jobs kept for their keys are enqueued now.
+    keyed_ids := coalesce(keyed_ids, '{}') || coalesce(gone_keyed, '{}');
+    IF cardinality(keyed_ids) > 0 THEN
+        PERFORM {schema}.enqueue_kept_jobs(keyed_ids, p_channel);
     END IF;
     -- Jobs that others depend on (in a flow or by add_dependency) resolve their dependents.
     IF ended_prerequisites IS NOT NULL THEN
         PERFORM {schema}.wake_dependents(ended_prerequisites, false, p_channel);
+    END IF;
+    -- Retention {"count": 0} of a dead job others depend on: it goes now, a dependent it
+    -- blocks released as by its removal, unless a waiting dependent reads its failure
+    -- (drop_dead_prerequisites, resolve_dependents.sql).
+    IF remove_ids IS NOT NULL AND ended_prerequisites IS NOT NULL THEN
+        SELECT array_agg(x) INTO dropped FROM unnest(remove_ids) AS x
+        WHERE x = ANY(ended_prerequisites);
+        IF dropped IS NOT NULL THEN
+            SELECT array_agg(DISTINCT d.queue) INTO dropped_queues
+            FROM {schema}.jobs d
+            WHERE d.id IN (SELECT {schema}.drop_dead_prerequisites(dropped));
+            IF dropped_queues IS NOT NULL THEN
+                PERFORM pg_notify(p_channel, q) FROM unnest(dropped_queues) AS q;
+            END IF;
+        END IF;
     END IF;
     -- A queue with a concurrency cap has a free slot now: wake its workers.
     wake_queues := coalesce(wake_queues, '{}') || ARRAY(

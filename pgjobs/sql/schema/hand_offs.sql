@@ -1,7 +1,7 @@
 DROP FUNCTION IF EXISTS {schema}.may_hand_off(text, int, uuid);
 DROP FUNCTION IF EXISTS {schema}.hand_off({schema}.jobs, uuid, text);  -- written out in enqueue_job
 
--- withdraw_idle_worker: end worker p_worker's registration (migration 0019) and return the
+-- withdraw_idle_worker: end worker p_worker's registration (table idle_workers) and return the
 -- jobs handed to it since it registered that it has not seen (p_seen: the lock tokens its
 -- notifications brought), still running under the token they were handed with.
 --

@@ -1,4 +1,4 @@
--- The integrity of job_edges, which names its jobs by id without foreign keys (migration 0023).
+-- The integrity of job_edges, which names its jobs by id without foreign keys.
 --
 -- Every edge names two existing jobs: edges are written only by statements that wrote both
 -- jobs in the same transaction (a flow, a flow's rerun) or by attach_prerequisites, which

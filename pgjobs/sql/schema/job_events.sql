@@ -1,4 +1,4 @@
--- The job event log (table job_events, migration 0004): a job enqueued with events=True has
+-- The job event log (table job_events): a job enqueued with events=True has
 -- every transition appended in the same transaction as the change, so the log and the table
 -- never disagree. Changes and removals are written once per statement from its transition
 -- tables (one INSERT ... SELECT and one notification per queue), ordered by job id within the
@@ -11,7 +11,7 @@
 -- Added rows are written by the statements that insert jobs (enqueue_one, enqueue_many,
 -- enqueue_uniform, import_jobs, insert_flow's nodes, rerun_flow), in a CTE of the same
 -- statement (fragments.sql, added_events): one row per queue and tenant, its jobs in `added`
--- (migration 0018). No statement trigger on INSERT, so an insert of jobs without the flag
+-- (column `added`). No statement trigger on INSERT, so an insert of jobs without the flag
 -- (every native job by default) captures no transition table. An added event's data is built
 -- when it is read, by the function below, as of the time the job was added (`added_at`, the
 -- row's `at`, which is its transaction's now()).
@@ -49,8 +49,12 @@ BEGIN
         PERFORM set_config('pgjobs.quiet_removal', '', true);
         RETURN NULL;
     END IF;
+    -- A pending job's data tells where it waited: for prerequisites, until run_at, by priority.
     INSERT INTO {schema}.job_events (queue, job_id, job_key, tenant, event, prev, data)
-    SELECT r.queue, r.id, r.job_key, r.tenant, 'removed', r.status, NULL
+    SELECT r.queue, r.id, r.job_key, r.tenant, 'removed', r.status,
+           CASE WHEN r.status = 'pending'
+                THEN jsonb_build_object('run_at', r.run_at, 'pending_deps', r.pending_deps,
+                                        'priority', r.priority) END
     FROM affected r
     WHERE r.record_events
     ORDER BY r.id;

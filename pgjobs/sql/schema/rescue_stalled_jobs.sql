@@ -4,8 +4,11 @@
 --
 -- In a queue without a stall budget (queue_settings.max_stalls NULL) the attempt it was on
 -- counts as used: pending again, or dead on its last attempt. With a budget the attempt is
--- given back and the stall counted: pending again, or dead once it has stalled more than
--- max_stalls times (BullMQ's maxStalledCount). Either way a job put back keeps its run_at, so
+-- given back and the stall counted, and the job is pending again; once it has stalled more
+-- than max_stalls times (BullMQ's maxStalledCount) its failure is deferred: its last_error
+-- is marked "deferred": true, and the next claim records that error without running the
+-- handler (runner.py), as BullMQ's next worker fails such a job. A schedule's run is never failed for
+-- stalling (BullMQ spares repeatable jobs too). Either way a job put back keeps its run_at, so
 -- it resumes its place in the claim order (BullMQ likewise pushes a stalled job to the front
 -- of `wait`). Jobs that died resolve their dependents; the queues of jobs put back are woken.
 -- Returns each job rescued: id, the status it was given, its queue and job key.
@@ -22,15 +25,12 @@ DECLARE
     died     bigint[];
     queues   text[];
 BEGIN
-    WITH stalled AS (
+    WITH over AS (
         SELECT j.id, qs.max_stalls AS budget,
-               jsonb_build_object(
-                   'type', 'LeaseExpired', 'attempt', j.attempts, 'at', now(),
-                   'stalls', j.stalls + 1,
-                   'message', CASE WHEN qs.max_stalls IS NOT NULL AND j.stalls + 1 > qs.max_stalls
-                                   THEN 'job stalled more than allowable limit'
-                                   ELSE format('lease expired during attempt %s: its worker'
-                                               ' stopped heartbeating', j.attempts) END) AS error
+               qs.max_stalls IS NOT NULL AND j.stalls + 1 > qs.max_stalls
+                   AND j.schedule IS NULL AS doomed,
+               qs.max_stalls IS NULL AND j.attempts >= j.max_attempts AS dies,
+               j.attempts, j.stalls
         FROM {schema}.jobs j
         LEFT JOIN {schema}.queue_settings qs ON qs.queue = j.queue
         WHERE j.status = 'running' AND j.locked_until < now()
@@ -38,19 +38,25 @@ BEGIN
         LIMIT p_limit
         FOR UPDATE OF j SKIP LOCKED
     ),
+    stalled AS (
+        SELECT o.id, o.budget, o.doomed, o.dies,
+               jsonb_build_object(
+                   'type', 'LeaseExpired', 'attempt', o.attempts, 'at', now(),
+                   'stalls', o.stalls + 1,
+                   'message', CASE WHEN o.doomed THEN 'job stalled more than allowable limit'
+                                   ELSE format('lease expired during attempt %s: its worker'
+                                               ' stopped heartbeating', o.attempts) END) AS error
+        FROM over o
+    ),
     rescued AS (
         UPDATE {schema}.jobs j
-        SET status = CASE
-                WHEN s.budget IS NULL AND j.attempts >= j.max_attempts THEN 'dead'
-                WHEN s.budget IS NOT NULL AND j.stalls + 1 > s.budget THEN 'dead'
-                ELSE 'pending' END,
+        SET status = CASE WHEN s.dies THEN 'dead' ELSE 'pending' END,
             attempts = CASE WHEN s.budget IS NULL THEN j.attempts ELSE j.attempts - 1 END,
             stalls = j.stalls + 1,
             lock_token = NULL, locked_until = NULL,
-            finished_at = CASE
-                WHEN (s.budget IS NULL AND j.attempts >= j.max_attempts)
-                     OR (s.budget IS NOT NULL AND j.stalls + 1 > s.budget) THEN now() END,
-            last_error = s.error,
+            finished_at = CASE WHEN s.dies THEN now() END,
+            last_error = CASE WHEN s.doomed THEN s.error || '{"deferred": true}'
+                              ELSE s.error END,
             errors = {schema}.with_attempt_error(j.errors, s.error)
         FROM stalled s
         WHERE j.id = s.id

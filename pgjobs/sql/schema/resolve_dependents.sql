@@ -20,6 +20,10 @@
 -- pending dependent, transitively; ignore and continue release it, with the failure recorded;
 -- continue also releases the dependent's other edges). Returns the dependents that became
 -- claimable. Callers go through wake_dependents, which also wakes their queues.
+--
+-- A dependent that a cascade made dead under retention {"count": 0} for dead goes at once, as
+-- finish_jobs removes a job that fails under that rule (drop_dead_prerequisites): once every
+-- round is resolved, so that its own dependents were resolved on its row.
 CREATE OR REPLACE FUNCTION {schema}.resolve_dependents(p_ids bigint[], p_removed boolean DEFAULT false)
 RETURNS SETOF bigint LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -32,6 +36,7 @@ DECLARE
     continues bigint[];
     released  bigint[];
     cascaded  bigint[];
+    all_cascaded bigint[] := '{}';
 BEGIN
     WHILE cardinality(frontier) > 0 LOOP
         -- The counted edges leaving this round's prerequisites, locked in a stable order.
@@ -93,17 +98,21 @@ BEGIN
 
         -- cascade: a pending dependent fails with its prerequisite (dead, or cancelled when the
         -- prerequisite was cancelled or removed); its own dependents are resolved next round.
+        -- The error names the prerequisite by id, queue and job key (a removed one's row is
+        -- still there: its removal resolves before it deletes).
         WITH failed AS (
             UPDATE {schema}.jobs d
             SET status = CASE WHEN r.outcome = 'dead' THEN 'dead' ELSE 'cancelled' END,
                 finished_at = now(),
                 last_error = jsonb_build_object(
                     'type', 'DependencyFailed', 'prerequisite', r.prerequisite_id,
+                    'prerequisite_queue', p.queue, 'prerequisite_key', p.job_key,
                     'message', format('prerequisite job %s ended %s', r.prerequisite_id, r.outcome))
             FROM (SELECT DISTINCT ON (x.dependent_id) x.*
                   FROM unnest(pre, dep, pol, outcome) AS x(prerequisite_id, dependent_id, policy, outcome)
                   WHERE x.policy = 'cascade' AND x.outcome <> 'completed'
                   ORDER BY x.dependent_id, x.prerequisite_id) r
+            JOIN {schema}.jobs p ON p.id = r.prerequisite_id
             WHERE d.id = r.dependent_id AND d.status = 'pending'
             RETURNING d.id
         )
@@ -114,8 +123,40 @@ BEGIN
             WHERE d.id = ANY(released) AND d.status = 'pending' AND d.pending_deps = 0;
 
         frontier := cascaded;
+        all_cascaded := all_cascaded || cascaded;
         removing := false;
     END LOOP;
+    IF cardinality(all_cascaded) > 0 THEN
+        RETURN QUERY SELECT * FROM {schema}.drop_dead_prerequisites(all_cascaded);
+    END IF;
+END
+$fn$;
+
+-- drop_dead_prerequisites: delete the dead jobs among p_ids whose retention for dead is
+-- {"count": 0} (BullMQ's removeOnFail: true), their dependents resolved first. A dependent
+-- that a failure blocks is released, as by the job's removal (BullMQ removes the failed child
+-- from its parent's dependencies); a job whose failure a waiting dependent still reads
+-- (an ignore or continue edge, which records it) is kept while that dependent waits, as for
+-- a completed job's output. Housekeeping: no 'removed' events. Returns the dependents that
+-- became claimable.
+CREATE OR REPLACE FUNCTION {schema}.drop_dead_prerequisites(p_ids bigint[])
+RETURNS SETOF bigint LANGUAGE plpgsql AS $fn$
+DECLARE
+    doomed bigint[];
+BEGIN
+    SELECT coalesce(array_agg(j.id ORDER BY j.id), '{}') INTO doomed
+    FROM {schema}.jobs j
+    WHERE j.id = ANY(p_ids) AND j.status = 'dead'
+      AND (j.retention -> 'dead' ->> 'count')::int = 0
+      AND NOT EXISTS (SELECT FROM {schema}.job_edges e JOIN {schema}.jobs d ON d.id = e.dependent_id
+                      WHERE e.prerequisite_id = j.id AND d.status IN ('pending', 'running')
+                        AND e.state <> 'blocked');
+    IF cardinality(doomed) = 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM {schema}.resolve_dependents(doomed, true);
+    PERFORM {schema}.quiet_next_removal();  -- no 'removed' events (job_events.sql)
+    DELETE FROM {schema}.jobs j WHERE j.id = ANY(doomed);
 END
 $fn$;
 
