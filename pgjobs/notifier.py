@@ -6,7 +6,9 @@ because notifications sent while disconnected are gone.
 
 The connection is checked, not trusted: a quiet one is probed with a round trip under the
 database's deadline, and one that does not answer is closed and replaced (the worker polls
-meanwhile). A LISTEN connection is closed when done with, never handed back to the pool: an
+meanwhile). When the notifier stops, a connection that has been answering is given back to
+the pool, its listeners removed within the loop deadline (a new connection would cost the next
+statements their server-side caches); any other is closed at once, never handed back: an
 UNLISTEN on a connection gone silent would wait on it.
 """
 
@@ -45,6 +47,8 @@ class Notifier:
         self._channels = ", ".join(listeners)
         self._task: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()
+        self._stopping = False
+        self._handover: tuple[Any, Any] | None = None  # what stop() gives back to the pool
         self.connected = False
         """True while the LISTEN is in place (False from the moment its connection fails)."""
 
@@ -56,10 +60,14 @@ class Notifier:
 
     async def stop(self) -> None:
         if self._task is not None:
+            self._stopping = True
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        handover, self._handover = self._handover, None
+        if handover is not None:
+            await self._give_back(*handover)
 
     def _deliver(self, _conn: Any, _pid: int, channel: str, payload: str) -> None:
         self._listeners[channel](payload)
@@ -69,10 +77,12 @@ class Notifier:
         first = True
         while True:
             conn: Any = None
+            lost = asyncio.Event()
+            on_lost: Callable[[Any], None] | None = None
             try:
                 conn = await self._connect()
-                lost = asyncio.Event()
-                conn.add_termination_listener(lambda _c, lost=lost: lost.set())
+                on_lost = _setting(lost)
+                conn.add_termination_listener(on_lost)
                 for channel in self._listeners:
                     await conn.add_listener(channel, self._deliver)
                 if not first:
@@ -114,10 +124,14 @@ class Notifier:
                 )
                 await asyncio.sleep(delay)
             finally:
+                answering = self.connected and not lost.is_set()
                 self.connected = False
                 if conn is not None:
-                    with contextlib.suppress(Exception):
-                        self._disconnect(conn)
+                    if self._stopping and answering and self._db.listen_dsn is None:
+                        self._handover = (conn, on_lost)
+                    else:
+                        with contextlib.suppress(Exception):
+                            self._disconnect(conn)
 
     async def _connect(self) -> Any:
         """The LISTEN connection: a session of its own on ``listen_dsn`` if the database has
@@ -126,8 +140,26 @@ class Notifier:
             return await network.connect(self._db.listen_dsn, self._db.timeouts)
         return await self._pool.acquire()
 
+    async def _give_back(self, conn: Any, on_lost: Callable[[Any], None] | None) -> None:
+        """Remove the listeners of the pool's ``conn`` and give it back, within the loop
+        deadline; a connection that does not answer in time is closed instead."""
+        try:
+            if on_lost is not None:
+                conn.remove_termination_listener(on_lost)
+            async with asyncio.timeout(self._db.timeouts.loop):
+                for channel in self._listeners:
+                    await conn.remove_listener(channel, self._deliver)
+            await self._pool.release(conn)
+        except Exception:
+            terminate(conn)
+
     def _disconnect(self, conn: Any) -> None:
         """Close the connection at once, listeners and all; a pool's connection gives its slot
         back (a pool being closed waits for every connection it lent), and the pool opens a
         new one when next needed."""
         terminate(conn)
+
+
+def _setting(event: asyncio.Event) -> Callable[[Any], None]:
+    """A termination listener that sets ``event``."""
+    return lambda _conn: event.set()

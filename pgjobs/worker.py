@@ -20,7 +20,7 @@ import asyncpg
 
 from pgjobs import jsonvalue, runner, validation
 from pgjobs.claimer import Claimer, handed_row
-from pgjobs.completer import Completer
+from pgjobs.completer import Completer, Written
 from pgjobs.config import cancels_channel, notify_channel
 from pgjobs.context import JobContext
 from pgjobs.errors import InvalidOption, PendingPrerequisites, PoolClosed
@@ -612,46 +612,45 @@ class Worker:
             # written, so that the claim the slot makes sees it (a higher-priority retry runs
             # before lower-priority jobs that came due meanwhile); a failure path only: a
             # completion or a retry after a backoff frees the slot as the handler returns.
-            settling = _due_at_once(outcome)
+            settling = outcome is not None and outcome.status == "pending" and outcome.delay == 0
             if settling:
                 self._settling += 1
             else:
                 self._claimer.wake.set()
         try:
-            await self._write_outcome(ctx, row, outcome)
+            if outcome is None:
+                if ctx.completed:  # by ctx.completing(), in the handler's own transaction
+                    self.stats.completed += 1
+                    self._emit(
+                        "completed", ctx, {"output": ctx.output, "error": None, "delay": 0.0}
+                    )
+                elif ctx.lost:
+                    self.stats.lost += 1
+                    self._emit("lost", ctx, {})
+                return
+            try:
+                written = await self._completer.submit(outcome)
+                if written == "refused":
+                    outcome, written = await self._refused(ctx, row)
+            except Exception:  # logged by the completer; the lease brings the job back
+                return
+            if written == "written":
+                self._count(outcome)
+                _log_outcome(ctx, outcome)
+                if self._on_event is not None:
+                    self._emit(_event_of(outcome), ctx, _detail_of(outcome))
+            else:
+                self._emit("lost", ctx, {})
         finally:
             if settling:
                 self._settling -= 1
                 self._claimer.wake.set()
 
-    async def _write_outcome(
-        self, ctx: JobContext, row: ClaimedRow, outcome: Outcome | None
-    ) -> None:
-        if outcome is None:
-            if ctx.completed:  # by ctx.completing(), in the handler's own transaction
-                self.stats.completed += 1
-                self._emit("completed", ctx, {"output": ctx.output, "error": None, "delay": 0.0})
-            elif ctx.lost:
-                self.stats.lost += 1
-                self._emit("lost", ctx, {})
-            return
-        try:
-            written = await self._completer.submit(outcome)
-            if written == "refused":
-                # It returned with prerequisites still pending (attached while it ran): the
-                # completion was refused, and the attempt fails as if it had raised that.
-                refusal = PendingPrerequisites(ctx.id)
-                outcome = decide(ctx, row["backoff"], refusal)
-                written = await self._completer.submit(outcome)
-        except Exception:  # logged by the completer; the lease brings the job back
-            return
-        if written == "written":
-            self._count(outcome)
-            _log_outcome(ctx, outcome)
-            if self._on_event is not None:
-                self._emit(_event_of(outcome), ctx, _detail_of(outcome))
-        else:
-            self._emit("lost", ctx, {})
+    async def _refused(self, ctx: JobContext, row: ClaimedRow) -> tuple[Outcome, Written]:
+        """The job returned with prerequisites still pending (attached while it ran): its
+        completion was refused, and the attempt fails as if it had raised that."""
+        outcome = decide(ctx, row["backoff"], PendingPrerequisites(ctx.id))
+        return outcome, await self._completer.submit(outcome)
 
     def _count(self, outcome: Outcome) -> None:
         if outcome.status == "completed":
@@ -782,11 +781,6 @@ class Worker:
                     task.add_done_callback(self._listener_done)
             except Exception:
                 logger.exception("on_rescue listener failed")
-
-
-def _due_at_once(outcome: Outcome | None) -> bool:
-    """Whether ``outcome`` makes its job pending and due now (not kept in its place)."""
-    return outcome is not None and outcome.status == "pending" and outcome.delay == 0
 
 
 def _given_back(ctx: JobContext) -> Outcome:

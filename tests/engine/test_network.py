@@ -10,9 +10,18 @@ import socket
 from collections.abc import AsyncIterator
 
 import asyncpg
+import pydantic
 import pytest
 
-from pgjobs import DatabaseTimeout, InvalidOption, JobQueue, Registry, Timeouts, create_pool
+from pgjobs import (
+    DatabaseTimeout,
+    InvalidOption,
+    JobContext,
+    JobQueue,
+    Registry,
+    Timeouts,
+    create_pool,
+)
 from pgjobs.network import split_dsn
 from tests.fault_proxy import FaultProxy
 
@@ -152,3 +161,42 @@ async def test_a_commit_that_gets_no_answer_raises_and_closes_its_connection(
         proxy.cut()  # the server's sessions end, and their open transactions with them
         await direct.pool.execute(f"DROP SCHEMA {schema} CASCADE")
         await direct.close()
+
+
+class Empty(pydantic.BaseModel):
+    pass
+
+
+async def _pool_backends(pool: asyncpg.Pool) -> tuple[set[int], set[str]]:
+    """The backend pid of every connection the pool can hold (all acquired at once, so that
+    each is opened), and every channel any of them listens on."""
+    conns = [await pool.acquire() for _ in range(pool.get_max_size())]
+    try:
+        pids = {await c.fetchval("SELECT pg_backend_pid()") for c in conns}
+        channels = {
+            row[0] for c in conns for row in await c.fetch("SELECT pg_listening_channels()")
+        }
+        return pids, channels
+    finally:
+        for c in conns:
+            await pool.release(c)
+
+
+async def test_a_stopped_worker_gives_its_listen_connection_back_to_the_pool(
+    pool: asyncpg.Pool, jobs: JobQueue, registry: Registry
+) -> None:
+    """A worker that stops on a connection that answers removes its listeners and hands the
+    connection back: the pool keeps the same backends (and their caches), none left listening."""
+
+    @registry.kind("noop", input=Empty)
+    async def noop(ctx: JobContext, data: Empty) -> None:
+        pass
+
+    await jobs.enqueue("noop", {})
+    before, _ = await _pool_backends(pool)
+    for _ in range(2):
+        worker = jobs.worker(concurrency=2)
+        await worker.run(until_drained=True)
+    after, channels = await _pool_backends(pool)
+    assert after == before
+    assert channels == set()
