@@ -101,8 +101,14 @@ class FlowProducer:
                 )
                 if parent is not None:
                     policy = edge_policy(tree.get("opts") or {})
+                    # an existing parent stays where it is, as BullMQ's addJob leaves it: a
+                    # waiting one claimable, its completion refused until its children end
                     await jobs.add_dependency(
-                        submitted.job_ids["root"], parent, policy=policy, connection=conn
+                        submitted.job_ids["root"],
+                        parent,
+                        policy=policy,
+                        connection=conn,
+                        wait=False,
                     )
                 results.append(self._result(tree, "root", submitted.job_ids))
         return results

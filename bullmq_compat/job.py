@@ -8,6 +8,7 @@ read from a Queue writes as an operator would, unfenced.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import traceback
 from collections.abc import Iterable
@@ -31,6 +32,7 @@ from bullmq_compat.mapping import (
 from pgjobs import (
     Backoff,
     Delayed,
+    EdgePolicy,
     Fatal,
     InvalidJobInput,
     InvalidOption,
@@ -54,6 +56,9 @@ if TYPE_CHECKING:
 NO_LOCK_CHECK = "0"
 """BullMQ's token for a move made without checking the job's lock."""
 
+FAILS_PARENT = (EdgePolicy.CASCADE_DEFERRED.value, EdgePolicy.CASCADE.value)
+"""The edge policies of a failParentOnFailure child (cascade: one migrated as failed)."""
+
 
 def failed_reason(last_error: Any, status: Status, job_id: str | None = None) -> str | None:
     """BullMQ's ``failedReason``: the message of the last failed attempt, kept once the job
@@ -63,6 +68,8 @@ def failed_reason(last_error: Any, status: Status, job_id: str | None = None) ->
         return None
     if last_error.get("type") == "LeaseExpired" and status is not Status.DEAD:
         return None
+    if last_error.get("deferred") and status is not Status.DEAD:
+        return None  # a failure its next worker records (``deferredFailure``), not yet made
     return error_message(last_error, job_id)
 
 
@@ -79,6 +86,17 @@ def error_message(error: dict[str, Any], job_id: str | None = None) -> str | Non
         return pending_dependencies(job_id)
     message = error.get("message")
     return None if message is None else str(message)
+
+
+def _pending_failure(row: JobRow) -> str | None:
+    """BullMQ's ``deferredFailure`` of a parent its worker will fail unrun at its next claim:
+    a failParentOnFailure child failed (the engine's cascade_deferred edge)."""
+    error = row.last_error
+    if row.status is not Status.PENDING or not isinstance(error, dict):
+        return None
+    if not error.get("deferred") or error.get("type") != "DependencyFailed":
+        return None
+    return error_message(error)
 
 
 def pending_dependencies(job_id: str) -> str:
@@ -254,7 +272,7 @@ class Job:
         iteration = iteration_opts(row.metadata, row.job_key, _ms(row.created_at) or 0)
         data = exact_data(row.payload, row.metadata)
         job = cls(queue, row.name, data, iteration or opts, job_id_of(row.id, row.job_key))
-        job.deferredFailure = deferred_failure(row.metadata)
+        job.deferredFailure = deferred_failure(row.metadata) or _pending_failure(row)
         job.engine_id = row.id
         job.priority = to_bullmq_priority(row.priority)
         job.progress = row.progress if row.progress is not None else 0
@@ -331,6 +349,82 @@ class Job:
         job.failedReason = failed_reason(ctx.last_error, Status.RUNNING, job.id)
         job.token = str(ctx.lock_token)
         return job
+
+    @classmethod
+    def fromJSON(cls, queue: Queue, rawData: dict[str, Any], jobId: str | None = None) -> Job:
+        """A Job from its raw stored fields (``raw_data``; BullMQ's job hash: ``data``,
+        ``opts``, ``returnvalue``, ``stacktrace`` and ``progress`` as JSON text, ``rjk`` the
+        scheduler id), as BullMQ's ``Job.fromJSON``; ``jobId`` overrides the raw ``id``. It
+        holds no claim: its writes are unfenced, as a job read from a Queue."""
+
+        def number(field: str) -> int | None:
+            value = rawData.get(field)
+            return None if value in (None, "") else int(value)
+
+        def decoded(field: str, default: Any) -> Any:
+            value = rawData.get(field)
+            if not isinstance(value, str | bytes):
+                return default if value is None else value
+            try:
+                return json.loads(value)
+            except ValueError:
+                return value
+
+        opts = decoded("opts", {})
+        job = cls(queue, rawData.get("name") or "", decoded("data", {}), opts or {})
+        job.id = jobId or rawData.get("id") or job.id
+        job.progress = decoded("progress", 0)
+        job.delay = number("delay") or 0
+        job.timestamp = number("timestamp") or 0
+        job.priority = number("priority") or 0
+        job.processedOn = number("processedOn")
+        job.finishedOn = number("finishedOn")
+        if rawData.get("rjk"):
+            job.repeatJobKey = str(rawData["rjk"])
+        job.attemptsStarted = number("ats") or 0
+        job.attemptsMade = number("attemptsMade") or number("atm") or 0
+        job.stalledCounter = number("stc") or 0
+        if rawData.get("failedReason"):
+            job.failedReason = str(rawData["failedReason"])
+        if rawData.get("defa"):
+            job.deferredFailure = str(rawData["defa"])
+        job.returnvalue = decoded("returnvalue", None)
+        job.stacktrace = list(decoded("stacktrace", []) or [])
+        return job
+
+    def raw_data(self) -> dict[str, str]:
+        """This job's fields as BullMQ's job hash stores them (what ``fromJSON`` reads):
+        numbers as text, ``data``, ``opts``, ``progress``, ``returnvalue`` and ``stacktrace``
+        as JSON, ``rjk`` the id of the scheduler that made it."""
+
+        def text(value: Any) -> str:
+            return json.dumps(value, separators=(",", ":"))
+
+        raw = {
+            "id": str(self.id),
+            "name": self.name,
+            "data": text(self.data),
+            "opts": text(self.opts),
+            "timestamp": str(self.timestamp),
+            "delay": str(self.delay),
+            "priority": str(self.priority),
+            "progress": text(self.progress),
+            "attemptsMade": str(self.attemptsMade),
+            "ats": str(self.attemptsStarted),
+            "stc": str(self.stalledCounter),
+            "stacktrace": text(self.stacktrace),
+        }
+        optional = {
+            "processedOn": self.processedOn,
+            "finishedOn": self.finishedOn,
+            "failedReason": self.failedReason,
+            "rjk": self.repeatJobKey,
+            "defa": self.deferredFailure,
+        }
+        raw.update({field: str(value) for field, value in optional.items() if value is not None})
+        if self.returnvalue is not None:
+            raw["returnvalue"] = text(self.returnvalue)
+        return raw
 
     @classmethod
     async def fromId(cls, queue: Queue, job_id: str) -> Job | None:
@@ -670,7 +764,7 @@ class Job:
         ctx = await self._claim(token, "moveToWaitingChildren")
         still_open = await ctx.open_prerequisites()
         if any(
-            child["policy"] == "cascade" and child["state"] == "failed"
+            child["policy"] in FAILS_PARENT and child["state"] == "failed"
             for child in await ctx.prerequisites()
         ):
             raise UnrecoverableError(

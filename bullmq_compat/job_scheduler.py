@@ -276,9 +276,12 @@ def upsert_arguments(
         "keep_completed": job["keep_completed"],
         "keep_dead": job["keep_dead"],
         "materialize": True,
-        # BullMQ refuses a pattern's iteration whose job id is taken (an every moves on), and
-        # leaves a waiting iteration of a paused queue where it is.
+        # BullMQ refuses a pattern's iteration whose job id is taken (an every moves on),
+        # unless the upsert replaced the next iteration: then it overwrites the job of that id,
+        # here a started iteration of this scheduler, which gives the id up (addJobScheduler).
+        # It leaves a waiting iteration of a paused queue where it is.
         "refuse_taken_tick": bool(repeat.get("pattern")),
+        "take_started_tick": bool(repeat.get("pattern")),
         "keep_waiting_run": NO_PRIORITY,
     }
     if backoff is not None:

@@ -252,8 +252,10 @@ def _backoff(value: Any) -> Backoff | None:
 
 
 # A child's failure option -> the engine edge policy (none of them: block, BullMQ's default).
+# failParentOnFailure defers the parent's failure to its queue's worker, which fails it unrun
+# (BullMQ's deferred failure, moveToFinished's handleChildFailureAndMoveParentToWait).
 FAILURE_OPTIONS = {
-    "failParentOnFailure": EdgePolicy.CASCADE,
+    "failParentOnFailure": EdgePolicy.CASCADE_DEFERRED,
     "ignoreDependencyOnFailure": EdgePolicy.IGNORE,
     "removeDependencyOnFailure": EdgePolicy.IGNORE,
     "continueParentOnFailure": EdgePolicy.CONTINUE,

@@ -341,7 +341,9 @@ class Queue:
             raise TypeError(f"Missing key for parent job {parent['queue']}:{parent['id']}. addJob")
         fields = {k: v for k, v in vars_of(spec).items() if k not in ("kind", "input")}
         try:
-            # an existing jobId becomes the parent's child, unless another parent has it
+            # an existing jobId becomes the parent's child, unless another parent has it. The
+            # parent stays where it is (BullMQ's addJob only adds to its dependencies): a
+            # waiting one stays claimable, its completion refused until its children end.
             return await jobs.add_prerequisite(
                 parent_id,
                 spec.kind,
@@ -349,6 +351,7 @@ class Queue:
                 policy=edge_policy(opts),
                 connection=connection,
                 sole_dependent=True,
+                wait=False,
                 **fields,
             )
         except pgjobs.PrerequisiteTaken:
@@ -670,7 +673,10 @@ class Queue:
         upsert made that has not started), or None when none is left (``limit`` reached,
         ``endDate`` past): the scheduler is then not created. Whichever worker starts an
         iteration creates the next. A pattern whose next iteration's job id is taken (by a job
-        of this scheduler still there) raises TypeError, as BullMQ does. ``override=False``
+        of this scheduler still there) raises TypeError, as BullMQ does, unless the upsert
+        replaced the next iteration and that job is an iteration of it already started: the
+        new iteration then takes its id (BullMQ overwrites it; the started one keeps running
+        or finished under its automatic id). ``override=False``
         leaves an existing scheduler as it is; with ``producer_id``, the id of its pending
         iteration, it makes the next iteration (what BullMQ's worker does with it)."""
         name, data, template_opts = schedulers.template(job_name, job_data, opts)

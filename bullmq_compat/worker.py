@@ -9,7 +9,7 @@ import inspect
 import json
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import pgjobs
 from bullmq_compat.abort_controller import AbortController
@@ -22,6 +22,7 @@ from bullmq_compat.custom_errors import (
 )
 from bullmq_compat.emitter import EventEmitter
 from bullmq_compat.job import Job, error_message, job_id_of
+from bullmq_compat.job_scheduler import JobScheduler
 from bullmq_compat.mapping import (
     KIND,
     durability,
@@ -64,6 +65,20 @@ def _wants_signal(processor: Processor | None) -> bool:
     return len(positional) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in positional)
 
 
+class WorkerBackend:
+    """The part of BullMQ 6's ``worker.backend`` (its datastore layer) that the facade gives:
+    ``getJobData``."""
+
+    def __init__(self, queue: Queue) -> None:
+        self._queue = queue
+
+    async def getJobData(self, job_id: str) -> dict[str, str] | None:
+        """Job ``job_id``'s stored fields as BullMQ's job hash holds them (``Job.raw_data``),
+        for ``Worker.nextJobFromJobData``; None when there is no such job."""
+        job = await self._queue.getJob(job_id)
+        return None if job is None else job.raw_data()
+
+
 class Worker(EventEmitter):
     """``Worker(name, processor, opts)``. Options: ``connection``, ``prefix``, ``schema``,
     ``concurrency`` (1), ``autorun`` (True: starts at once, so build it inside a running event
@@ -86,7 +101,9 @@ class Worker(EventEmitter):
     ``UnrecoverableError('job stalled more than allowable limit')``), unrun, as in BullMQ.
 
     A processor taking a third parameter receives the job's ``AbortSignal``; ``cancelJob``
-    and an engine cancel of the job abort it.
+    and an engine cancel of the job abort it. A processor that replaced ``job.moveToFailed``
+    on its job has its failure recorded by that (see ``_fail_through_job``), as BullMQ's
+    worker records every failure; other failures go in the engine's batched outcome write.
 
     Start-up waits out a database that cannot be reached (or a connection lost meanwhile): each
     failed try is emitted on ``error`` and retried with backoff, until the worker runs or is
@@ -151,6 +168,8 @@ class Worker(EventEmitter):
         self._close_requested = asyncio.Event()
         self._closed = asyncio.Event()
         self._task: asyncio.Future[None] | None = None
+        self._backend: WorkerBackend | None = None
+        self._job_scheduler: JobScheduler | None = None
         if processor is not None and self.opts.get("autorun", True):
             self._task = asyncio.ensure_future(self.run())
 
@@ -272,17 +291,37 @@ class Worker(EventEmitter):
             # counted: BullMQ's attemptsStarted counts this run (deferrals + attempts + stalls)
             raise WaitForPrerequisites(counted=True) from None
         except Exception as exc:
+            if "moveToFailed" in vars(job):  # replaced on this job: BullMQ's worker calls it
+                await self._fail_through_job(ctx, job, exc)
             job.record_failure(exc)
             raise job.engine_failure(exc) from exc
         finally:
             self._controllers.pop(ctx.lock_token, None)
             await job.flush_logs()
 
+    async def _fail_through_job(self, ctx: JobContext, job: Job, exc: Exception) -> NoReturn:
+        """Record a processor's failure through ``job.moveToFailed`` replaced on the job
+        instance, as BullMQ's worker records every failure: ``failed`` (job, err) once it
+        returns; ``error`` (its error, job) and no ``failed`` when it raises. The worker then
+        writes nothing more: what the replacement did stands, and a job it left active is
+        renewed no longer, left to the stalled-job check (BullMQ's worker untracks its lock).
+        Any other failure keeps the engine's batched outcome write."""
+        self._jobs.pop(ctx.lock_token, None)
+        try:
+            await job.moveToFailed(exc, job.token)
+        except Exception as err:
+            self.emit("error", err, job)
+        else:
+            self._count_outcome()
+            self.emit("failed", job, exc)
+        raise pgjobs.JobLost(ctx.id)  # the engine writes no outcome for this run
+
     def _on_engine_event(self, event: str, ctx: JobContext, detail: dict[str, Any]) -> None:
         if event == "active":
             if ctx.deferred_failure is not None:
-                # It stalled more than maxStalledCount: the engine fails it unrun, as BullMQ's
-                # worker fails a job with a deferred failure (active, then failed).
+                # It stalled more than maxStalledCount, or a failParentOnFailure child of it
+                # failed: the engine fails it unrun, as BullMQ's worker fails a job with a
+                # deferred failure (active, then failed).
                 doomed = self._job_for(ctx, ctx.payload)
                 reason = error_message(ctx.deferred_failure) or "job stalled"
                 doomed.deferredFailure = reason
@@ -423,6 +462,57 @@ class Worker(EventEmitter):
             "attemptsMade": job.attemptsMade,
         }
         return [data, job.id, 0, 0]
+
+    @property
+    def backend(self) -> WorkerBackend:
+        """BullMQ 6's ``worker.backend``, as far as the facade has one: ``getJobData``."""
+        if self._backend is None:
+            self._backend = WorkerBackend(self._queue)
+        return self._backend
+
+    @property
+    def jobScheduler(self) -> JobScheduler:
+        """The scheduler API of this worker's queue, made on first use (BullMQ 6)."""
+        if self._job_scheduler is None:
+            self._job_scheduler = JobScheduler(self._queue)
+        return self._job_scheduler
+
+    async def nextJobFromJobData(
+        self,
+        job_data: dict[str, Any] | None = None,
+        job_id: str | None = None,
+        limit_until: int = 0,
+        delay_until: int = 0,
+        token: str | None = None,
+    ) -> Job | None:
+        """The Job of raw stored fields (``backend.getJobData``, a ``fetchNext`` answer), with
+        ``token``; None without any. A job a scheduler made advances that scheduler to its next
+        iteration, as BullMQ's worker does, if it is still the scheduler's pending iteration (a
+        job this worker took has already advanced it: a second call changes nothing). A failure
+        to advance is emitted on ``error`` and the job still returned. ``limit_until`` and
+        ``delay_until`` are BullMQ's fetch hints, which the facade's fetching does not need."""
+        if not job_data:
+            return None
+        job = Job.fromJSON(self._queue, job_data, job_id)
+        job.token = token
+        job.worker = self
+        if job.repeatJobKey:
+            try:
+                await self.jobScheduler.upsertJobScheduler(
+                    job.repeatJobKey,
+                    (job.opts or {}).get("repeat") or {},
+                    job.name,
+                    job.data,
+                    job.opts,
+                    override=False,
+                    producer_id=job.id,
+                )
+            except Exception as err:
+                self.emit(
+                    "error",
+                    RuntimeError(f"Failed to add repeatable job for next iteration: {err}"),
+                )
+        return job
 
     async def _manual_engine(self) -> pgjobs.JobQueue:
         if self._engine_worker is None and not self.running:

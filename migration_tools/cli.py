@@ -51,6 +51,34 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="after a verified run, remove the queues from Redis with BullMQ's client",
     )
+    p.add_argument(
+        "--live",
+        action="store_true",
+        help="move while BullMQ producers and workers keep running: pass over the queues until "
+        "Redis holds none of their unfinished jobs (each job leaves Redis as it is written)",
+    )
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with --live: stop passing after this long and report what is left",
+    )
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="with --live: seconds between two passes (default 1)",
+    )
+    p.add_argument(
+        "--quiet-for",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="with --live: end only once Redis has held no unfinished job of the queues for "
+        "this long (producers still adding to Redis keep the move going); default 0",
+    )
     p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     return p
@@ -63,6 +91,9 @@ _FLAGS = {
     "queues": "queue",
     "wait_active": "wait-active",
     "batch_size": "batch-size",
+    "live_deadline": "deadline",
+    "live_interval": "interval",
+    "live_quiet": "quiet-for",
 }
 """MigrationOptions field -> the CLI flag that sets it, for error messages."""
 
@@ -81,6 +112,10 @@ def _options(args: argparse.Namespace) -> MigrationOptions:
         allow_connected=args.allow_connected,
         delete_from_redis=args.delete_from_redis,
         batch_size=args.batch_size,
+        live=args.live,
+        live_deadline=args.deadline,
+        live_interval=args.interval,
+        live_quiet=args.quiet_for,
         progress=sys.stderr,
     )
 

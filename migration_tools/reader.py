@@ -67,8 +67,9 @@ class FetchedJob:
 
 
 # One read-only script per page: for each id, its hash and five sub-keys, its score in each
-# sorted-set container, its lock's TTL and (for jobs reached through a flow, whose list is not
-# known) whether the active list holds it. 1,000 jobs in one round trip.
+# sorted-set container, its lock's TTL, (for jobs reached through a flow, whose list is not
+# known) whether the active list holds it, and the record of a live move that took it out of
+# its container (live.py). 1,000 jobs in one round trip.
 _READ_JOBS = """
 local b = KEYS[1]
 local probe = ARGV[1] == '1'
@@ -91,7 +92,8 @@ for i = 2, #ARGV do
                   redis.call('SMEMBERS', k .. ':dependencies'),
                   redis.call('HGETALL', k .. ':processed'), redis.call('HGETALL', k .. ':failed'),
                   redis.call('ZRANGE', k .. ':unsuccessful', 0, -1), scores,
-                  redis.call('PTTL', k .. ':lock'), active}
+                  redis.call('PTTL', k .. ':lock'), active,
+                  redis.call('HGET', b .. 'pgjobs:moving', id) or ''}
   end
 end
 return out
@@ -207,9 +209,11 @@ async def read_context(redis: Any, ref: QueueRef) -> QueueContext:
     pipe.get(b + "id")
     pipe.hgetall(b + "meta")
     pipe.zrange(b + "repeat", 0, -1, withscores=True)
+    pipe.hgetall(b + "pgjobs:moving-schedulers")  # taken by a live move, not yet released
     pipe.exists(b + "priority")
     pipe.time()
-    *sizes, id_counter, meta, repeat, legacy_priority, now = await pipe.execute()
+    *sizes, id_counter, meta, repeat, taken, legacy_priority, now = await pipe.execute()
+    repeat = [*repeat, *((member, float(score)) for member, score in taken.items())]
     meta_s = _hash(meta)
     markers = any([await redis.eval(_HAS_MARKER, 1, b + name) for name in ("wait", "paused")])
     check_modern(ref.prefix, ref.name, markers, bool(legacy_priority), meta_s.get("version"))
@@ -231,7 +235,11 @@ async def pages(redis: Any, ref: QueueRef, container: str, size: int) -> AsyncIt
     """The ids of one container, ``size`` at a time, in BullMQ's processing order: lists from
     the right end (the next job first), sorted sets by score."""
     key = ref.base + container
-    if container in LISTS:
+    if container == "pgjobs:moving":  # a hash: jobs a live move took out of their containers
+        moving = [_s(x) or "" for x in await redis.hkeys(key)]
+        for start in range(0, len(moving), size):
+            yield moving[start : start + size]
+    elif container in LISTS:
         length = int(await redis.llen(key))
         for stop in range(length, 0, -size):
             ids = await redis.lrange(key, max(0, stop - size), stop - 1)
@@ -259,11 +267,15 @@ async def fetch_jobs(
 
 
 def _fetched(ref: QueueRef, job_id: str, value: list[Any], found_in: str | None) -> FetchedJob:
-    raw, logs, deps, processed, failed, unsuccessful, scores, ttl, active = value
+    raw, logs, deps, processed, failed, unsuccessful, scores, ttl, active, moving = value
     fields = _pairs(raw)
     data = fields.pop(b"data", None)
     containers = {name for name, score in zip(ZSETS, scores, strict=True) if score != b""}
-    if found_in in LISTS:
+    if moving:  # taken out of its container by a live move: where it was, and its score
+        container, _, score = (_s(moving) or "").partition(" ")
+        containers = {container}
+        scores = [score.encode() if name == container else b"" for name in ZSETS]
+    elif found_in in LISTS:
         containers.add(found_in)
     elif found_in is None:
         if active:

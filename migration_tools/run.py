@@ -20,8 +20,8 @@ from typing import Any, TextIO
 import asyncpg
 
 from bullmq_compat import bullmq_state, engine_queue, facade_registry
-from migration_tools import reader
-from migration_tools.layout import LegacyLayout, state_of
+from migration_tools import live, reader
+from migration_tools.layout import CONTAINERS, LegacyLayout, base, state_of
 from migration_tools.ledger import JobRef, Ledger, source
 from migration_tools.progress import Progress
 from migration_tools.reader import FINISHED, UNFINISHED, QueueRef
@@ -58,6 +58,16 @@ class MigrationOptions:
     allow_connected: bool = False
     delete_from_redis: bool = False
     batch_size: int = 1000
+    live: bool = False
+    """Move while BullMQ producers and workers keep running on Redis (live.py): pass over the
+    queues until Redis holds none of their unfinished jobs, or ``live_deadline`` passes."""
+    live_deadline: float | None = None
+    """Seconds after which a live move stops passing and reports what is left."""
+    live_interval: float = 1.0
+    """Seconds between two passes of a live move."""
+    live_quiet: float = 0.0
+    """A live move ends once Redis has held none of the queues' unfinished jobs for this many
+    seconds (producers still adding to Redis keep it going); 0: at the first empty pass."""
     progress: TextIO | None = None
     after_batch: Callable[[int], Awaitable[None] | None] | None = None
     """Called after each committed batch with the number written so far (tests, monitoring)."""
@@ -90,6 +100,23 @@ class MigrationOptions:
             or (self.batch_size < 1)
         ):
             raise InvalidOption("batch_size", f"must be an integer >= 1, got {self.batch_size!r}")
+        if self.live and (self.dry_run or self.verify_only or self.delete_from_redis):
+            raise InvalidOption(
+                "live",
+                "cannot be combined with dry_run, verify_only or delete_from_redis (a live "
+                "move removes each job from Redis as it writes it)",
+            )
+        for option in ("live_deadline", "live_interval", "live_quiet"):
+            value = getattr(self, option)
+            least = 0 if option == "live_quiet" else math.ulp(0)
+            if value is not None and not (
+                isinstance(value, int | float)
+                and not isinstance(value, bool)
+                and least <= value < math.inf
+            ):
+                raise InvalidOption(
+                    option, f"must be a finite number of seconds >= {least:g}, got {value!r}"
+                )
         if not (isinstance(self.wait_active, int | float) and 0 <= self.wait_active < math.inf):
             raise InvalidOption(
                 "wait_active", f"must be a finite number of seconds >= 0, got {self.wait_active!r}"
@@ -112,6 +139,10 @@ class Report:
     refused: str | None = None
     deleted: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    passes: int = 0
+    """Passes of a live move."""
+    left: dict[str, dict[str, int]] = field(default_factory=dict)
+    """After a live move: what each queue still holds in Redis, by container."""
     collisions: list[str] = field(default_factory=list)
     """Redis jobs not written because PostgreSQL already had a job under their jobId or
     deduplication id (BullMQ's rule: the existing job stays), with both jobs' states."""
@@ -169,6 +200,8 @@ class Report:
             "rekeyed": self.rekeyed,
             "progressed_since_moved": self.progressed,
             "moved_earlier": self.earlier,
+            "passes": self.passes,
+            "left_in_redis": self.left,
         }
 
     def render(self) -> str:
@@ -213,6 +246,12 @@ class Report:
         lines.extend(f"  problem: {p}" for p in self.problems)
         lines.extend(f"  changed during the run: {c}" for c in self.changed)
         lines.extend(f"  deleted from Redis: {d}" for d in self.deleted)
+        if self.passes:
+            lines.append(f"live move: {self.passes} pass(es)")
+            for queue, counts in sorted(self.left.items()):
+                if counts:
+                    parts = ", ".join(f"{c} {n}" for c, n in sorted(counts.items()))
+                    lines.append(f"  still in Redis: {queue}: {parts}")
         lines.append(f"exit status: {int(self.exit_code)} ({self.exit_code.name})")
         return "\n".join(lines)
 
@@ -282,6 +321,9 @@ async def _run(redis: Any, jobs: JobQueue, options: MigrationOptions, report: Re
         if not report.earlier:
             report.refused = "no BullMQ queue found (looked for <prefix>:<queue>:meta keys)"
         return
+    if options.live:
+        await _live(redis, jobs, options, report, known, refs)
+        return
     writing = not (options.dry_run or options.verify_only)
     if writing and options.wait_active > 0:
         await reader.wait_for_active(redis, refs, options.wait_active)
@@ -312,6 +354,60 @@ async def _run(redis: Any, jobs: JobQueue, options: MigrationOptions, report: Re
             report.problems.append("not deleting from Redis: the migration did not verify")
 
 
+async def _live(
+    redis: Any,
+    jobs: JobQueue,
+    options: MigrationOptions,
+    report: Report,
+    known: list[QueueRef],
+    refs: list[QueueRef],
+) -> None:
+    """Pass over the queues while BullMQ producers and workers keep running on Redis, each pass
+    moving what no BullMQ worker is acting on (live.py), until Redis has held none of their
+    unfinished jobs for ``live_quiet`` seconds, or the deadline passes. Queue settings follow
+    once, after the first pass; dedup holds after every pass (a hold keeps the later expiry)."""
+    loop = asyncio.get_running_loop()
+    deadline = None if options.live_deadline is None else loop.time() + options.live_deadline
+    out = options.progress
+    empty_since: float | None = None
+    while True:
+        report.passes += 1
+        run = _Stream(redis, jobs, options, report, known, locks_may_be_held=True, live=True)
+        written_before = report.written
+        await run.stream(refs)
+        await _settle(jobs, Ledger(jobs), run.plan, settings=report.passes == 1)
+        report.left = {str(ref): await live.still_in_redis(redis, ref.base) for ref in run.queues}
+        unfinished = {
+            queue: {c: n for c, n in counts.items()
+                    if options.include_history or c not in FINISHED}
+            for queue, counts in report.left.items()
+        }  # fmt: skip
+        remaining = sum(sum(counts.values()) for counts in unfinished.values())
+        active = sum(counts.get("active", 0) for counts in unfinished.values())
+        if out is not None:
+            print(
+                f"pass {report.passes}: moved {report.written - written_before} "
+                f"({report.written} in all, {run.moved_schedulers} scheduler(s)); in Redis: "
+                f"{active} active (left to their workers), {remaining - active} other",
+                file=out,
+                flush=True,
+            )
+        if remaining:
+            empty_since = None
+        else:
+            empty_since = loop.time() if empty_since is None else empty_since
+            if loop.time() - empty_since >= options.live_quiet:
+                return
+        if deadline is not None and loop.time() >= deadline:
+            report.problems.append(
+                f"live move stopped at its deadline with {remaining} unfinished job(s) still in "
+                "Redis (listed under 'still in Redis'): rerun to go on"
+            )
+            return
+        await asyncio.sleep(options.live_interval)
+        known = await reader.discover(redis, options.prefixes)
+
+
 PROBLEMS_LISTED = 1000
 COLLIDED = "collided:"
 """The ledger state prefix of a Redis job not written because PostgreSQL's job kept its id."""
@@ -330,8 +426,12 @@ class _Stream:
         known: list[QueueRef],
         *,
         locks_may_be_held: bool,
+        live: bool = False,
     ) -> None:
         self.redis = redis
+        self.live = live
+        self.left_active = 0  # live: units not moved this pass (a node active or locked)
+        self.moved_schedulers = 0
         self.jobs = jobs
         self.options = options
         self.report = report
@@ -362,6 +462,8 @@ class _Stream:
         pending = [f"repeat:{sid}:{int(ms)}" for sid, (ms, _) in context.schedulers.items()]
         found = await reader.fetch_jobs(self.redis, ref, pending, None) if pending else {}
         self.transformer.add_queue(context, found)
+        if self.live:
+            await self.move_schedulers(ref)
         if self.writing:
             # Before any job is written: an add on PostgreSQL from now on gets an id past every
             # id Redis handed out, so no moved job's id is ever given to another job.
@@ -386,7 +488,12 @@ class _Stream:
         # Jobs still to run first, queue by queue, so a flow tree is placed where its first
         # waiting member stands; history after. A queue a flow reaches is appended when
         # found; the last round pages whatever such a queue still has.
-        for containers in (UNFINISHED, FINISHED, UNFINISHED + FINISHED):
+        rounds: tuple[tuple[str, ...], ...] = (UNFINISHED, FINISHED, UNFINISHED + FINISHED)
+        if self.live:  # what an earlier run took out of BullMQ's reach first; never the active
+            movable = tuple(c for c in UNFINISHED if c != "active")
+            history = FINISHED if self.options.include_history else ()
+            rounds = ((live.MOVING, *movable), history, (live.MOVING, *movable, *history))
+        for containers in rounds:
             index = 0
             while index < len(self.queues):
                 ref = self.queues[index]
@@ -399,6 +506,8 @@ class _Stream:
                         self.redis, ref, container, self.options.batch_size
                     ):
                         await self.page(ref, container, ids)
+        if self.live:
+            return  # keepLastIfActive proto-jobs stay with the Redis job they wait for
         for ref in self.queues:
             for unit in self.transformer.proto_units(self.transformer.contexts[ref]):
                 self.pending.append(unit)
@@ -413,11 +522,17 @@ class _Stream:
             if key in self.done:
                 continue
             found = fetched.get(job_id)
+            if found is None and container == live.MOVING:
+                await live.forget(self.redis, ref.base, job_id)  # removed by the application
+                continue
             if found is None:
                 self.plan.skip(str(ref), job_id, "listed in a container, no job hash")
                 continue
-            if self.transformer.state(key) != state:
+            if container != live.MOVING and self.transformer.state(key) != state:
                 continue  # in two containers: the one BullMQ's precedence names emits it
+            if self.live and key in self.transformer.iteration_jobs:
+                await self.drop_iteration(key)
+                continue
             tree = self.transformer.emit(key)
             if tree is None:
                 continue
@@ -425,7 +540,11 @@ class _Stream:
                 tree = await self.tree(key)
             if len(tree) > 1 or len(found.containers) > 1:
                 self.done.update(tree)
+            if self.live and not await self.take(tree):
+                continue
             unit = self.transformer.unit(tree)
+            if self.live:
+                await self.give_back_unwritten(tree, unit)
             if unit.jobs:
                 self.pending.append(unit)
                 self.pending_jobs += len(unit.jobs)
@@ -477,6 +596,10 @@ class _Stream:
     async def _store(self, units: list[Unit]) -> None:
         if self.writing:
             await self._write(units)
+        if self.live:  # written and committed: the Redis copies go
+            await live.release(self.redis, [
+                (base(e.prefix, e.queue), e.job_id) for u in units for e in u.ledger
+            ])  # fmt: skip
         if self.checking:
             await self._check(units)
         if self.writing and self.options.after_batch is not None:
@@ -527,6 +650,76 @@ class _Stream:
             if rows:
                 await self.ledger.record(conn, rows)
             report.written += sum(len(u.jobs) for u in todo) - kept
+
+    # -- the live move (live.py) ----------------------------------------------------------------
+
+    async def take(self, tree: list[Key]) -> bool:
+        """Take every job of ``tree`` out of BullMQ's reach at once (live.quarantine), and read
+        them again as taken (what the write must carry). False, with the tree left to BullMQ,
+        when a job of it is active, locked or has moved on since it was read."""
+        taken: list[tuple[str, str, str]] = []
+        for ref, job_id in tree:
+            found = self.transformer.cache.get((ref, job_id))
+            if found is None:
+                continue
+            container = next((c for c in CONTAINERS if c in found.containers), "wait")
+            if container == "active":
+                self.left_active += 1
+                return False
+            taken.append((ref.base, job_id, container))
+        if await live.quarantine(self.redis, taken) is not None:
+            self.left_active += 1
+            return False
+        by_queue: dict[QueueRef, list[str]] = {}
+        for ref, job_id in tree:
+            by_queue.setdefault(ref, []).append(job_id)
+        for ref, ids in by_queue.items():
+            self.transformer.remember(ref, await reader.fetch_jobs(self.redis, ref, ids, None))
+        return True
+
+    async def give_back_unwritten(self, tree: list[Key], unit: Unit) -> None:
+        """Jobs of a taken tree that the unit does not write (skipped, with a reason in the
+        plan) go back to BullMQ as they were."""
+        written = {(e.prefix, e.queue, e.job_id) for e in unit.ledger}
+        back = [(ref.base, job_id) for ref, job_id in tree
+                if (ref.prefix, ref.name, job_id) not in written]  # fmt: skip
+        await live.restore(self.redis, back)
+
+    async def drop_iteration(self, key: Key) -> None:
+        """A legacy repeatable's pending job: its schedule, upserted in PostgreSQL before any
+        job was paged, makes the same run there, so the Redis copy is taken and removed."""
+        ref, job_id = key
+        found = self.transformer.cache[key]
+        container = next((c for c in CONTAINERS if c in found.containers), "wait")
+        if container == "active":
+            self.left_active += 1
+            return
+        if await live.quarantine(self.redis, [(ref.base, job_id, container)]) is None:
+            await live.release(self.redis, [(ref.base, job_id)])
+
+    async def move_schedulers(self, ref: QueueRef) -> None:
+        """The queue's schedulers, before any of its jobs: each taken out of BullMQ's
+        ``repeat`` set if its next time is still the one read, upserted in PostgreSQL with that
+        next time, then removed from Redis. One whose next time moved meanwhile waits for the
+        next pass."""
+        kept = []
+        for schedule in self.plan.schedules:
+            if schedule.scheduler is None or schedule.scheduler[0] != ref:
+                kept.append(schedule)
+                continue
+            _, scheduler_id, next_ms = schedule.scheduler
+            iteration = f"repeat:{scheduler_id}:{int(next_ms)}"
+            if schedule.pending is not None:
+                iteration = schedule.pending[1]
+            if not await live.take_scheduler(
+                self.redis, ref.base, scheduler_id, next_ms, iteration
+            ):
+                self.left_active += 1
+                continue
+            await self.jobs.upsert_schedule(**schedule.arguments, pending_job_id=None)
+            await live.release_scheduler(self.redis, ref.base, scheduler_id)
+            self.moved_schedulers += 1
+        self.plan.schedules[:] = kept
 
     async def _check(self, units: list[Unit]) -> None:
         """Every job of the batch, as the engine holds it now: in the ledger, under its BullMQ
@@ -616,9 +809,9 @@ class _Stream:
             problems.append("... more problems: only the first 1000 are listed")
 
 
-async def _settle(jobs: JobQueue, ledger: Ledger, plan: Plan) -> None:
-    """Schedules (adopting their pending iterations), dedup holds, queue settings and the id
-    counter, once every job is written."""
+async def _settle(jobs: JobQueue, ledger: Ledger, plan: Plan, *, settings: bool = True) -> None:
+    """Schedules (adopting their pending iterations), dedup holds, queue settings (unless
+    ``settings`` is False) and the id counter, once every job is written."""
     wanted = [
         (s.pending[0].prefix, s.pending[0].name, s.pending[1])
         for s in plan.schedules
@@ -634,7 +827,7 @@ async def _settle(jobs: JobQueue, ledger: Ledger, plan: Plan) -> None:
     for hold in plan.holds:
         job_id = None if hold.job is None else engine_ids.get(hold.job)
         await jobs.hold_dedup_key(hold.queue, hold.key, hold.until, job_id=job_id)
-    for setting in plan.settings:
+    for setting in plan.settings if settings else []:
         if setting.paused:
             await jobs.pause(setting.queue)
         if setting.concurrency:

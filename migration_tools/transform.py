@@ -113,6 +113,8 @@ class ScheduleImport:
 
     arguments: dict[str, Any]
     pending: tuple[QueueRef, str] | None
+    scheduler: tuple[QueueRef, str, float] | None = None
+    """The BullMQ scheduler: its queue, id and next time (ms) as read."""
 
 
 @dataclass
@@ -564,7 +566,11 @@ class Transformer:
             )
             arguments["emitted"] = int(fields.get("ic") or 0)
             self.plan.schedules.append(
-                ScheduleImport(arguments, None if pending is None else (ref, pending_id))
+                ScheduleImport(
+                    arguments,
+                    None if pending is None else (ref, pending_id),
+                    (ref, scheduler_id, next_ms),
+                )
             )
             if pending is not None and legacy:
                 # A legacy repeatable's job is its template, not a scheduler iteration.

@@ -459,13 +459,15 @@ class JobQueue:
         any_tenant: bool = False,
         connection: Connection | None = None,
         sole_dependent: bool = False,
+        wait: bool = True,
         **options: Any,
     ) -> EnqueueResult:
         """Enqueue a job that the pending or running job ``dependent_id`` must wait for (a child
         added while its parent runs); see Flows.add_prerequisite. The running parent then raises
         ``WaitForPrerequisites`` to wait for it. With ``sole_dependent``, an existing job its
         job key names that another existing job already waits for is refused
-        (PrerequisiteTaken), nothing written."""
+        (PrerequisiteTaken), nothing written. With ``wait=False`` a pending dependent stays
+        claimable, its completion refused until the prerequisite ends (see add_dependency)."""
         return await self._flows.add_prerequisite(
             dependent_id,
             JobSpec(kind, input, **options),
@@ -474,6 +476,7 @@ class JobQueue:
             any_tenant=any_tenant,
             connection=connection,
             sole_dependent=sole_dependent,
+            wait=wait,
         )
 
     async def add_dependency(
@@ -485,9 +488,12 @@ class JobQueue:
         tenant: str | None = None,
         any_tenant: bool = False,
         connection: Connection | None = None,
+        wait: bool = True,
     ) -> None:
         """Make the pending or running job ``dependent_id`` wait for the job
-        ``prerequisite_id`` too, whatever flows they belong to; see Flows.add_dependency."""
+        ``prerequisite_id`` too, whatever flows they belong to; see Flows.add_dependency.
+        ``wait=False``: a pending dependent nothing holds back stays claimable (BullMQ's child
+        added to a waiting parent), its completion refused until the prerequisite ends."""
         await self._flows.add_dependency(
             prerequisite_id,
             dependent_id,
@@ -495,6 +501,7 @@ class JobQueue:
             tenant=tenant,
             any_tenant=any_tenant,
             connection=connection,
+            wait=wait,
         )
 
     async def remove_dependency(

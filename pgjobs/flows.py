@@ -41,12 +41,17 @@ class EdgePolicy(StrEnum):
 
     BLOCK: waits until the prerequisite is re-driven and completes, or is removed (BullMQ's
     default). CASCADE: fails with it (dead, or cancelled when it was cancelled or removed),
-    transitively. IGNORE: proceeds; the failure is recorded on the edge. CONTINUE: becomes
-    claimable at once, even if other prerequisites are still pending.
+    transitively. CASCADE_DEFERRED: when the prerequisite dies, becomes claimable at once (as
+    CONTINUE) with a deferred failure: the worker that claims it records it dead without
+    running its handler (``ctx.deferred_failure``; BullMQ's failParentOnFailure), and its own
+    dependents resolve then; cancelled when the prerequisite was cancelled or removed. IGNORE:
+    proceeds; the failure is recorded on the edge. CONTINUE: becomes claimable at once, even if
+    other prerequisites are still pending.
     """
 
     BLOCK = "block"
     CASCADE = "cascade"
+    CASCADE_DEFERRED = "cascade_deferred"
     IGNORE = "ignore"
     CONTINUE = "continue"
 
@@ -298,6 +303,7 @@ class Flows:
         any_tenant: bool,
         connection: Connection | None = None,
         sole_dependent: bool = False,
+        wait: bool = True,
     ) -> EnqueueResult:
         """Enqueue ``spec`` as a new prerequisite of an existing pending or running job (a
         child added while the parent runs), in one transaction: the job, the edge and the
@@ -306,11 +312,12 @@ class Flows:
         reuses a child id), unless that would close a cycle, or, with ``sole_dependent``,
         unless another existing job already waits for it (PrerequisiteTaken: a BullMQ child
         has one parent). Concurrent sole-dependent attaches of one job are serialised, so two
-        of them cannot both succeed."""
+        of them cannot both succeed. ``wait`` as for ``add_dependency``."""
         policy = EdgePolicy(policy)
 
         async def write(conn: Connection) -> EnqueueResult:
             row = await self._lock_dependent(conn, dependent_id, tenant, any_tenant)
+            await self._set_waits(conn, row, wait)
             flow_id = row["flow_id"]
             if flow_id is None:
                 flow_id = await self._db.fetchval(
@@ -343,16 +350,24 @@ class Flows:
         tenant: str | None,
         any_tenant: bool,
         connection: Connection | None = None,
+        wait: bool = True,
     ) -> None:
         """Make the existing pending or running job ``dependent_id`` wait for the existing job
         ``prerequisite_id`` (whatever its flow), in one transaction; a prerequisite already
         finished is resolved at once by ``policy``. Both jobs must belong to ``tenant`` (unless
         ``any_tenant``): another tenant's prerequisite is refused as if it did not exist.
-        Refused if it would close a cycle."""
+        Refused if it would close a cycle.
+
+        ``wait=False`` keeps a pending dependent claimable if nothing holds it back yet (BullMQ's
+        child added to a waiting parent): it may then run, but its completion is refused
+        (PendingPrerequisites) until its counted prerequisites end; once claimed, it waits for
+        them as any job does. A dependent already held back by prerequisites keeps waiting.
+        ``wait=True`` (the default) makes a pending dependent wait for them."""
         policy = EdgePolicy(policy)
 
         async def write(conn: Connection) -> None:
-            await self._lock_dependent(conn, dependent_id, tenant, any_tenant)
+            row = await self._lock_dependent(conn, dependent_id, tenant, any_tenant)
+            await self._set_waits(conn, row, wait)
             # job_kind (operations.sql) is None for a job missing or of another tenant
             if (
                 await self._db.fetchval("job_kind", prerequisite_id, tenant, any_tenant, conn=conn)
@@ -379,6 +394,17 @@ class Flows:
                 " a pending or running job"
             )
         return row
+
+    async def _set_waits(self, conn: Connection, row: Any, wait: bool) -> None:
+        """Before an attach to the dependent ``row`` (locked by _lock_dependent, so what it
+        read holds until commit): a pending one waits for its prerequisites if ``wait`` or if
+        they hold it back already; otherwise it stays claimable. A running one is left as it
+        is (a claim made it wait)."""
+        if row["status"] != "pending":
+            return
+        waits = wait or row["held"]
+        if row["waits"] != waits:
+            await self._db.execute("set_waits", row["id"], waits, conn=conn)
 
     async def _attach(
         self, conn: Connection, prerequisite_id: int, dependent_id: int, policy: EdgePolicy

@@ -31,8 +31,8 @@ EdgeState = Literal["open", "satisfied", "blocked", "ignored", "released", "fail
 """The state of an edge: ``open`` (its prerequisite has not finished), ``satisfied`` (it
 completed), ``blocked`` (it failed under the block policy: the dependent waits), ``released``
 (it stopped counting without completing: a block edge whose prerequisite was removed, or a
-continue dependent's other edges), ``failed`` (it failed under cascade), ``ignored`` (it failed
-under ignore or continue)."""
+continue or cascade_deferred dependent's other edges), ``failed`` (it failed under cascade or
+cascade_deferred), ``ignored`` (it failed under ignore or continue)."""
 
 
 @dataclass(frozen=True, slots=True)

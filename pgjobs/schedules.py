@@ -167,7 +167,9 @@ class Schedules:
         materialize: bool = False,
         pending_job_id: int | None = None,
         refuse_taken_tick: bool = False,
+        take_started_tick: bool = False,
         keep_waiting_run: int | None = None,
+        connection: Any = None,
         **job_options: Any,
     ) -> datetime | None:
         """Create or replace schedule ``name``; returns its next run (None if it has none left).
@@ -189,6 +191,10 @@ class Schedules:
         ``MAX_KEY_COLLISIONS`` times, then ``ScheduleTickTaken`` is raised; with
         ``refuse_taken_tick`` it is raised at once when this upsert replaced no pending run
         (BullMQ refuses so a pattern scheduler whose tick's job exists). With
+        ``take_started_tick``, when this upsert replaced a pending run, a run of this schedule
+        that has started (running or finished) and holds the tick's job key gives it up to the
+        new run: it keeps its status and its writes, without a key (BullMQ's pattern scheduler
+        overwrites the job of that id). With
         ``keep_waiting_run`` (a priority), a pending run that is due, of that priority, in a
         queue that is paused, is not replaced: it stays, no longer the schedule's run, and runs
         once the queue resumes (as BullMQ's upsert leaves a waiting iteration of a paused
@@ -196,6 +202,7 @@ class Schedules:
 
         ``keep_completed`` and ``keep_dead`` (a ``Keep``, or a dict of its count and age) apply
         to every run. Each run's metadata (a dict, or none) carries ``SCHEDULE_RUN_KEY``.
+        ``connection``: in that connection's transaction (a savepoint of it).
         """
         validation.text("name", name, optional=False)
         if (cron is None) == (every is None):
@@ -266,10 +273,11 @@ class Schedules:
             materialize,
         )
         if not materialize:
-            row = await self._db.fetchrow("upsert_schedule", *arguments)
+            row = await self._db.fetchrow("upsert_schedule", *arguments, conn=connection)
             assert row is not None
             return row["next_run_at"]  # type: ignore[no-any-return]
-        async with self._db.transaction() as conn:
+
+        async def materialized(conn: Any) -> datetime | None:
             row = await self._db.fetchrow("upsert_schedule", *arguments, conn=conn)
             assert row is not None
             locked = await self._db.fetchrow("lock_schedule", name, conn=conn)
@@ -297,11 +305,14 @@ class Schedules:
                 row["next_run_at"],
                 iteration=locked["emitted"] + 1 - replaced,
                 refuse_taken=refuse_taken_tick and not replaced,
+                take_started=take_started_tick and replaced > 0,
             )
             await self._db.fetch(
                 "set_pending_run", name, job_id, tick, 1 - replaced, None, conn=conn
             )
             return tick
+
+        return await self._db.in_transaction(materialized, connection)
 
     async def list(self) -> list[Schedule]:
         return [_schedule(row) for row in await self._db.fetch("list_schedules")]
@@ -408,11 +419,20 @@ class Schedules:
         return nxt
 
     async def _enqueue_run(
-        self, conn: Any, row: Any, tick: datetime, *, iteration: int, refuse_taken: bool = False
+        self,
+        conn: Any,
+        row: Any,
+        tick: datetime,
+        *,
+        iteration: int,
+        refuse_taken: bool = False,
+        take_started: bool = False,
     ) -> tuple[int, datetime]:
         """Enqueue run ``iteration`` of materialized schedule ``row`` at ``tick`` (the first
         free tick: one whose job key names no job yet; with ``refuse_taken``, ``tick`` or
-        ScheduleTickTaken)."""
+        ScheduleTickTaken). With ``take_started``, ``tick``'s key held by a started run of
+        this schedule passes to the new run (``release_run_key``, under the holder's row
+        lock: a holder put back to pending meanwhile keeps it, and the run moves on)."""
         job_options = _spec_options(jsonvalue.loads(row["options"]))
         key_prefix = job_options.pop(_KEY_PREFIX, None)
         job_options.pop("delay", None)
@@ -425,6 +445,13 @@ class Schedules:
             payload = jsonvalue.loads(row["payload"])
             spec = JobSpec(row["kind"], payload, **job_options, run_at=tick, job_key=key)
             result = await insert_one(self._db, prepare(spec, self._registry), conn)
+            if result.duplicate and take_started:
+                take_started = False  # the first tick only: the one BullMQ overwrites
+                if await self._db.fetchrow(
+                    "release_run_key", result.id, row["name"], key, conn=conn
+                ):
+                    tries -= 1  # the same tick again, now free
+                    continue
             if not result.duplicate:
                 await self._db.fetch("mark_schedule_run", result.id, row["name"], conn=conn)
                 return result.id, tick

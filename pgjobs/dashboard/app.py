@@ -70,7 +70,13 @@ BULK_ACTIONS: dict[str, frozenset[SubState]] = {
 re-drives finished jobs, a cancel ends pending and running ones, a remove deletes all but the
 running (left alone, as purge does)."""
 MAX_SELECTION = 1000
-EDGE_COLOURS = {"block": "#888", "cascade": "#d05050", "ignore": "#5080d0", "continue": "#50a050"}
+EDGE_COLOURS = {
+    "block": "#888",
+    "cascade": "#d05050",
+    "cascade_deferred": "#d08030",
+    "ignore": "#5080d0",
+    "continue": "#50a050",
+}
 
 
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -24,7 +24,7 @@ JOB_COLUMNS = (
     "deferrals, max_deferrals, backoff, dedup_key, group_key, flow_id, pending_deps, tenant, "
     "metadata, progress, last_error, created_at, started_at, finished_at, heartbeat_at, job_key, "
     "retention, stalls, errors, "
-    "{schema}.sub_state(status, pending_deps, run_at, attempts) AS sub_state"
+    "{schema}.sub_state(status, pending_deps, waits, run_at, attempts) AS sub_state"
 )
 
 _HEADER = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)

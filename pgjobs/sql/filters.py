@@ -74,8 +74,8 @@ def _payload_equals(value: Any) -> str:
 # 'pending' and 'running' together are fragments.sql's in_flight.
 STATUS_PREDICATES: dict[str, str] = {
     Status.PENDING.value: (
-        "({a}.status = 'pending' AND {a}.pending_deps = 0)"
-        " OR ({a}.status = 'pending' AND {a}.pending_deps > 0)"
+        "({a}.status = 'pending' AND ({a}.pending_deps = 0 OR NOT {a}.waits))"
+        " OR ({a}.status = 'pending' AND {a}.pending_deps > 0 AND {a}.waits)"
     ),
     Status.RUNNING.value: "{a}.status = 'running'",
     **{
@@ -187,7 +187,7 @@ def where(
             status_predicate(sorted({SUB_STATE_STATUS[s].value for s in states}), alias)
         )
         clauses.add(
-            "{s}.sub_state({a}.status, {a}.pending_deps, {a}.run_at, {a}.attempts)"
+            "{s}.sub_state({a}.status, {a}.pending_deps, {a}.waits, {a}.run_at, {a}.attempts)"
             " = ANY({p}::text[])",
             [s.value for s in states],
         )

@@ -113,7 +113,8 @@ ins AS (
     SELECT s.new_id, s.queue, s.kind, s.name, s.payload, s.priority, s.max_attempts,
            s.max_deferrals, s.backoff, s.dedup_key, s.group_key, s.tenant, s.metadata,
            s.retention, $2,
-           (SELECT count(*) FROM {schema}.job_edges e WHERE e.dependent_id = s.id),
+           (SELECT count(*) FROM {schema}.job_edges e JOIN src p ON p.id = e.prerequisite_id
+            WHERE e.dependent_id = s.id),  -- the edges cloned below
            s.record_events
     FROM src s ORDER BY s.id
     RETURNING {fragment:inserted_columns}
@@ -140,10 +141,17 @@ RETURNING id;
 SELECT EXISTS (SELECT FROM {schema}.jobs WHERE flow_id = $1 AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text));
 
 -- name: lock_dependent
--- The job that will receive a new prerequisite, locked, if it exists for the tenant.
-SELECT id, status, flow_id, tenant FROM {schema}.jobs
+-- The job that will receive a new prerequisite, locked, if it exists for the tenant; whether
+-- its prerequisites hold it back now (a pending job with counted ones that it waits for).
+SELECT id, status, flow_id, tenant, waits,
+       status = 'pending' AND pending_deps > 0 AND waits AS held FROM {schema}.jobs
 WHERE id = $1 AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text)
 FOR UPDATE;
+
+-- name: set_waits
+-- Whether locked pending job $1 waits for its counted prerequisites ($2), before an attach:
+-- false keeps it claimable although it gains some (Flows.add_prerequisite's wait=False).
+UPDATE {schema}.jobs SET waits = $2 WHERE id = $1 AND status = 'pending';
 
 -- name: adopt_into_flow
 -- Give job $1 (tenant $2) a flow of its own, so that prerequisites added later share it.

@@ -6,8 +6,8 @@
 -- jobs (0001_baseline.sql): ready or delayed (jobs_claim_idx), behind prerequisites
 -- (jobs_waiting_children_idx), running (jobs_running_idx), so the planner combines them.
 -- sql/filters.py's STATUS_PREDICATES spell 'pending' and 'running' the same way.
-(j.status = 'running' OR (j.status = 'pending' AND j.pending_deps = 0)
- OR (j.status = 'pending' AND j.pending_deps > 0))
+(j.status = 'running' OR (j.status = 'pending' AND (j.pending_deps = 0 OR NOT j.waits))
+ OR (j.status = 'pending' AND j.pending_deps > 0 AND j.waits))
 
 -- fragment: inserted_columns
 -- What an INSERT INTO jobs returns for added_events.

@@ -93,7 +93,7 @@ WHERE source = $1 ORDER BY source_id;
 -- sub-state, and whether the stored payload equals the expected one as jsonb (key order,
 -- whitespace and escapes do not matter; PostgreSQL parses the expected text itself).
 SELECT k.n, i.job_id, j.queue, j.job_key, j.priority,
-       {schema}.sub_state(j.status, j.pending_deps, j.run_at, j.attempts) AS sub_state,
+       {schema}.sub_state(j.status, j.pending_deps, j.waits, j.run_at, j.attempts) AS sub_state,
        CASE WHEN j.id IS NOT NULL AND k.expected IS NOT NULL
             THEN j.payload = k.expected::jsonb END AS payload_matches
 FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS k(source, source_id, expected, n)

@@ -7,7 +7,8 @@ SELECT pg_try_advisory_xact_lock(hashtextextended($1::text, 0));
 -- name: gc_jobs
 -- Delete up to $4 finished jobs that their own retention rule ({"count", "age"} per status) or
 -- the global policy ($1/$2/$3: seconds to keep completed/dead/cancelled; NULL keeps) lets go.
--- Never a job a pending or running dependent still reads, and never one the metrics sweep has
+-- Never a job a pending or running dependent still reads (but through a satisfied edge, which
+-- keeps a copy of the output: job_edges_integrity.sql), and never one the metrics sweep has
 -- not counted yet (metrics outlive GC). Housekeeping: no 'removed' events (job_events.sql;
 -- the mark is set while the statement runs, before its trigger fires).
 WITH quiet AS MATERIALIZED (

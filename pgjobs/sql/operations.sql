@@ -84,12 +84,12 @@ RETURNING id;
 
 -- name: change_priority
 -- Set job $1's priority to $4 (tenant $2, or any with $3). A job waiting its turn (pending, due,
--- no open prerequisites) is placed among the jobs of that priority by $5: 'first' (due at a
+-- no open prerequisites holding it back) is placed among the jobs of that priority by $5: 'first' (due at a
 -- time mirrored about 2000-01-01, as a LIFO enqueue is: before every job enqueued before),
 -- 'last' (due now: after every job already due), 'keep' (its due time).
 UPDATE {schema}.jobs
 SET priority = $4,
-    run_at = CASE WHEN status = 'pending' AND pending_deps = 0 AND run_at <= now()
+    run_at = CASE WHEN status = 'pending' AND (pending_deps = 0 OR NOT waits) AND run_at <= now()
                   THEN CASE $5::text
                        WHEN 'first' THEN timestamptz '2000-01-01 00:00:00+00'
                                          - (clock_timestamp() - timestamptz '2000-01-01 00:00:00+00')
@@ -170,11 +170,20 @@ SELECT count(*) FROM {schema}.jobs j WHERE {where} AND j.status = 'running';
 
 -- name: prerequisite_results
 -- What a dependent can read of its prerequisites: status, output, and the failure an
--- ignore/continue/cascade edge recorded. Nothing unless dependent $1 belongs to tenant $2 (or
--- $3: any tenant).
-SELECT e.prerequisite_id AS id, j.kind, j.name, j.queue, j.job_key, j.status, j.output, e.policy,
-       e.state, e.failure
-FROM {schema}.job_edges e JOIN {schema}.jobs j ON j.id = e.prerequisite_id
+-- ignore/continue/cascade edge recorded; a completed prerequisite since deleted as its
+-- satisfied edge kept it (job_edges_integrity.sql). Nothing unless dependent $1 belongs to
+-- tenant $2 (or $3: any tenant).
+SELECT e.prerequisite_id AS id,
+       coalesce(j.kind, e.removed_prerequisite ->> 'kind') AS kind,
+       coalesce(j.name, e.removed_prerequisite ->> 'name') AS name,
+       coalesce(j.queue, e.removed_prerequisite ->> 'queue') AS queue,
+       CASE WHEN j.id IS NULL THEN e.removed_prerequisite ->> 'job_key' ELSE j.job_key END
+           AS job_key,
+       coalesce(j.status, 'completed') AS status,
+       CASE WHEN j.id IS NULL THEN e.removed_prerequisite -> 'output' ELSE j.output END
+           AS output,
+       e.policy, e.state, e.failure
+FROM {schema}.job_edges e LEFT JOIN {schema}.jobs j ON j.id = e.prerequisite_id
 WHERE e.dependent_id = $1
   AND ($3::bool OR EXISTS (SELECT FROM {schema}.jobs d
                            WHERE d.id = $1 AND d.tenant IS NOT DISTINCT FROM $2::text))

@@ -53,7 +53,7 @@ ON CONFLICT (id) DO UPDATE SET running = excluded.running, last_seen = now();
 -- dashboard's Prometheus endpoint. Reads the in-flight partial indexes (fragments.sql).
 SELECT j.queue,
        CASE WHEN j.status = 'running' THEN 'running'
-            WHEN j.pending_deps > 0 THEN 'waiting_children'
+            WHEN j.pending_deps > 0 AND j.waits THEN 'waiting_children'
             WHEN j.run_at > now() THEN 'delayed'
             ELSE 'ready' END AS state,
        count(*)::bigint AS jobs,

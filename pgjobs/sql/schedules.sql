@@ -55,13 +55,23 @@ WHERE name = $1;
 -- Job $1 is a run of materialized schedule $2 (the worker that starts it creates the next).
 UPDATE {schema}.jobs SET schedule = $2 WHERE id = $1;
 
+-- name: release_run_key
+-- Job $1, a run of materialized schedule $2 that has started (running or finished), gives up
+-- its job key $3 to the schedule's new run at the same tick (Schedules.upsert's
+-- take_started_tick); it keeps its status and its writes, keyless. No row: it is not such a
+-- run (or was put back to pending meanwhile), and keeps the key.
+UPDATE {schema}.jobs SET job_key = NULL
+WHERE id = $1 AND schedule = $2 AND job_key = $3 AND status <> 'pending'
+RETURNING id;
+
 -- name: remove_unstarted_job
 -- Delete job $1 if it has not started (a pending run replaced by an upsert); with $2 (a
 -- priority), not if it is due, of that priority, in a paused queue (Schedules.upsert's
 -- keep_waiting_run).
 DELETE FROM {schema}.jobs j
 WHERE j.id = $1 AND j.status = 'pending' AND j.attempts = 0
-  AND NOT ($2::int IS NOT NULL AND j.priority = $2::int AND j.pending_deps = 0
+  AND NOT ($2::int IS NOT NULL AND j.priority = $2::int
+           AND (j.pending_deps = 0 OR NOT j.waits)
            AND j.run_at <= now()
            AND EXISTS (SELECT FROM {schema}.queue_settings q WHERE q.queue = j.queue AND q.paused))
 RETURNING j.id;

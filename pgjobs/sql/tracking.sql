@@ -4,7 +4,7 @@
 -- name: substate_counts
 -- Counts per sub-state of the jobs matching {where}, in two halves that each read their own
 -- partial index: in flight (few rows) and finished (an index-only count where the filter allows).
-SELECT {schema}.sub_state(j.status, j.pending_deps, j.run_at, j.attempts) AS sub_state, count(*) AS n
+SELECT {schema}.sub_state(j.status, j.pending_deps, j.waits, j.run_at, j.attempts) AS sub_state, count(*) AS n
 FROM {schema}.jobs j
 WHERE {fragment:in_flight} AND {where}
 GROUP BY 1
@@ -26,7 +26,7 @@ OFFSET $1 LIMIT $2;
 -- name: queue_stats
 -- Per queue: counts per sub-state, and its settings.
 WITH counts AS (
-    SELECT j.queue, {schema}.sub_state(j.status, j.pending_deps, j.run_at, j.attempts) AS sub_state,
+    SELECT j.queue, {schema}.sub_state(j.status, j.pending_deps, j.waits, j.run_at, j.attempts) AS sub_state,
            count(*) AS n
     FROM {schema}.jobs j WHERE {fragment:in_flight}
     GROUP BY 1, 2
@@ -77,13 +77,14 @@ WHERE s.total > 0
 -- Light nodes: no payload, no output, so a 1,000-node flow stays small.
 SELECT j.id, j.name, j.kind, j.queue, j.status, j.priority, j.attempts, j.max_attempts,
        j.pending_deps, j.created_at, j.started_at, j.finished_at,
-       {schema}.sub_state(j.status, j.pending_deps, j.run_at, j.attempts) AS sub_state
+       {schema}.sub_state(j.status, j.pending_deps, j.waits, j.run_at, j.attempts) AS sub_state
 FROM {schema}.jobs j WHERE j.flow_id = $1 ORDER BY j.id;
 
 -- name: flow_graph_edges
+-- (an edge whose prerequisite was deleted, job_edges_integrity.sql, is not in the graph)
 SELECT e.prerequisite_id, e.dependent_id, e.policy, e.state
 FROM {schema}.job_edges e JOIN {schema}.jobs d ON d.id = e.dependent_id
-WHERE d.flow_id = $1
+WHERE d.flow_id = $1 AND e.removed_prerequisite IS NULL
 ORDER BY e.prerequisite_id, e.dependent_id;
 
 -- name: queue_metrics

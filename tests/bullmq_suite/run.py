@@ -33,7 +33,6 @@ EXCLUDED = {
     "test_reusable_redis": "passes a Redis client as the connection",
     # they call the real package's private helpers
     "test_worker_lazily_creates_job_scheduler": "Worker._job_scheduler",
-    "test_next_job_from_job_data_materializes_next_iteration": "nextJobFromJobData",
     "test_legacy_repeatable_key_decoded": "_transform_scheduler_data",
     "test_non_legacy_key_returns_none": "_transform_scheduler_data",
     "test_get_completed_handles_empty_task_set": "worker.getCompleted",

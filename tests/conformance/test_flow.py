@@ -2238,12 +2238,4 @@ async def test_a_flow_under_a_missing_parent_is_refused(bq: Bull) -> None:
     assert await queue.getJob("orphan-child-id") is None
 
 
-FACADE_PENDING: dict[str, str] = {
-    "test_children_removed_by_age_keep_their_results_in_parent": (
-        "children removed by removeOnComplete {age: 1} once the parent completes take their "
-        "values with them: parent getChildrenValues() == {} (BullMQ keeps them in the "
-        "parent's processed set; removeOnComplete: True children keep them on the facade). "
-        "Needs the engine to keep a satisfied edge's output apart from the prerequisite's row "
-        "(a new job_edges column: left for after the migrations' squash)"
-    ),
-}
+FACADE_PENDING: dict[str, str] = {}

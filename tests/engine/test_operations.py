@@ -506,15 +506,14 @@ async def test_a_dependency_between_jobs_outside_flows_is_resolved_when_its_prer
 ) -> None:
     """``add_dependency`` puts an edge between jobs of no flow: the prerequisite's finish
     resolves it as a flow's (it used to look for dependents only in flows, and the dependent
-    waited for ever), and a prerequisite that removes itself as it finishes stays until the
-    dependent no longer reads it."""
+    waited for ever), and a prerequisite that removes itself as it finishes goes at once, its
+    output kept on the satisfied edge for its dependent to read."""
     first = await jobs.enqueue("x", {"n": 1}, keep_completed=keep)
     second = await jobs.enqueue("x", {"n": 2}, keep_completed=keep)
     await jobs.add_dependency(first.id, second.id)
     await jobs.worker().run(until_drained=True)
     assert kinds["x"] == [1, 2]
-    # a prerequisite kept for its dependent is left to the GC's count rule
-    assert await remaining_ids(jobs) == ({first.id} if keep else {first.id, second.id})
+    assert await remaining_ids(jobs) == (set() if keep else {first.id, second.id})
 
 
 async def test_a_dependency_on_a_job_that_dies_stalled_outside_flows_cascades(
@@ -539,7 +538,7 @@ async def test_a_dependency_added_while_its_prerequisite_finishes_is_resolved(
     """The dependency is added first, in a transaction left open: it holds the running
     prerequisite (FOR SHARE), so the finish waits for its commit, then reads the new edge
     with a fresh snapshot and releases the dependent; a prerequisite that removes itself as
-    it finishes is kept while the dependent reads it."""
+    it finishes goes, the dependent reading its output from the satisfied edge."""
     first = await jobs.enqueue("x", {"n": 1}, keep_completed=keep)
     second = await jobs.enqueue("x", {"n": 2})
     (claimed,) = await jobs.db.fetch("claim", ["default"], ["x"], 1, 30.0, 0)
@@ -556,10 +555,16 @@ async def test_a_dependency_added_while_its_prerequisite_finishes_is_resolved(
     row = await jobs.get(second.id)
     assert row is not None and row.status is Status.PENDING and row.pending_deps == 0
     kept = await jobs.get(first.id)
-    assert kept is not None and kept.status is Status.COMPLETED
+    if keep:
+        assert kept is None
+    else:
+        assert kept is not None and kept.status is Status.COMPLETED
+    [read] = await jobs.prerequisite_results(second.id)
+    assert (read["id"], read["status"], read["state"]) == (first.id, "completed", "satisfied")
     await jobs.worker().run(until_drained=True)
     assert kinds["x"] == [2]
-    assert await remaining_ids(jobs) == {first.id, second.id}  # the second keeps everything
+    # the second keeps everything
+    assert await remaining_ids(jobs) == ({second.id} if keep else {first.id, second.id})
 
 
 async def test_a_dependency_added_after_its_prerequisite_finished_or_went_is_settled(

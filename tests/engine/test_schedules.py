@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -460,6 +461,226 @@ async def test_a_run_whose_tick_is_taken_moves_on_or_is_refused(jobs: JobQueue, 
     await jobs.upsert_schedule("taken", "report", {"account": 1}, **options)
     (run,) = await _pending_runs(jobs, "taken")
     assert run["run_at"] == tick + timedelta(seconds=60)  # the next free tick
+
+
+async def _started_run_and_next(jobs: JobQueue, name: str, tick: datetime) -> tuple[int, int]:
+    """A materialized hourly schedule ``name`` whose run at ``tick`` has started (running,
+    as a worker's claim leaves it) and whose next run was made: (started id, next id)."""
+    await jobs.upsert_schedule(
+        name, "report", {"account": 1}, every=3600, materialize=True,
+        job_key_prefix=f"repeat:{name}:", first_run_at=tick,
+    )  # fmt: skip
+    (run,) = await _pending_runs(jobs, name)
+    await jobs.db.pool.execute(
+        f"UPDATE {jobs.schema}.jobs SET status = 'running', attempts = 1,"
+        " lock_token = gen_random_uuid(), locked_until = now() + interval '30 seconds'"
+        " WHERE id = $1",
+        run["id"],
+    )
+    await jobs.advance_schedule(name, run["id"])
+    (following,) = await _pending_runs(jobs, name)
+    return run["id"], following["id"]
+
+
+async def _key_of(jobs: JobQueue, job_id: int) -> str | None:
+    return await jobs.db.pool.fetchval(
+        f"SELECT job_key FROM {jobs.schema}.jobs WHERE id = $1", job_id
+    )
+
+
+@pytest.mark.parametrize("holder", ["running", "completed"])
+async def test_an_upsert_replacing_the_next_run_takes_the_tick_of_a_started_run(
+    jobs: JobQueue, report, holder: str
+) -> None:
+    """With take_started_tick, an upsert that replaced the pending run puts the new run at a
+    tick whose key a started run of the schedule holds (running or finished): that run keeps
+    its status, keyless, and the new run takes the key."""
+    tick = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    key = f"repeat:hourly:{int(tick.timestamp() * 1000)}"
+    started, following = await _started_run_and_next(jobs, "hourly", tick)
+    if holder == "completed":
+        await jobs.db.pool.execute(
+            f"UPDATE {jobs.schema}.jobs SET status = 'completed', lock_token = NULL,"
+            " locked_until = NULL, finished_at = now() WHERE id = $1",
+            started,
+        )
+    next_run = await jobs.upsert_schedule(
+        "hourly", "report", {"account": 2}, every=3600, materialize=True,
+        job_key_prefix="repeat:hourly:", first_run_at=tick, refuse_taken_tick=True,
+        take_started_tick=True,
+    )  # fmt: skip
+    assert next_run == tick
+    (run,) = await _pending_runs(jobs, "hourly")
+    assert run["job_key"] == key and run["run_at"] == tick
+    assert await jobs.get(following) is None  # the replaced next run
+    row = await jobs.get(started)
+    assert row is not None and row.status.value == holder and row.job_key is None
+    schedule = await jobs.get_schedule("hourly")
+    assert schedule is not None and schedule.pending_job_id == run["id"]
+    assert schedule.emitted == 2  # the started run and the new one
+
+
+async def test_a_tick_is_taken_only_from_a_started_run_of_the_schedule(
+    jobs: JobQueue, report
+) -> None:
+    """take_started_tick takes no key from a job of another schedule, from a run of this one
+    that is pending (a retry), nor when the upsert replaced no pending run: those keep their
+    key, and the run moves on (or, with refuse_taken_tick, is refused)."""
+    tick = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    key = f"repeat:hourly:{int(tick.timestamp() * 1000)}"
+    options = dict(
+        every=3600, materialize=True, job_key_prefix="repeat:hourly:", first_run_at=tick,
+        take_started_tick=True,
+    )  # fmt: skip
+    started, _following = await _started_run_and_next(jobs, "hourly", tick)
+    # A retry of the started run: pending again, still holding its key.
+    await jobs.db.pool.execute(
+        f"UPDATE {jobs.schema}.jobs SET status = 'pending', lock_token = NULL,"
+        " locked_until = NULL WHERE id = $1",
+        started,
+    )
+    await jobs.upsert_schedule("hourly", "report", {"account": 2}, **options)
+    assert await _key_of(jobs, started) == key
+    pending = {r["id"]: r for r in await _pending_runs(jobs, "hourly")}
+    schedule = await jobs.get_schedule("hourly")
+    assert schedule is not None and schedule.pending_job_id in pending
+    assert pending[schedule.pending_job_id]["run_at"] == tick + timedelta(hours=1)
+
+    # A job of no schedule holding the tick's key keeps it.
+    other = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=3)
+    squatter_key = f"repeat:other:{int(other.timestamp() * 1000)}"
+    squatter = await jobs.enqueue("report", {"account": 9}, job_key=squatter_key, delay=20000)
+    await jobs.db.pool.execute(
+        f"UPDATE {jobs.schema}.jobs SET status = 'running', attempts = 1,"
+        " lock_token = gen_random_uuid(), locked_until = now() + interval '30 seconds'"
+        " WHERE id = $1",
+        squatter.id,
+    )
+    other_options = {**options, "job_key_prefix": "repeat:other:", "first_run_at": other}
+    await jobs.upsert_schedule("other", "report", {"account": 1}, **other_options)
+    await jobs.upsert_schedule("other", "report", {"account": 2}, **other_options)
+    assert await _key_of(jobs, squatter.id) == squatter_key
+
+    # Nothing replaced: refused, with refuse_taken_tick, as before.
+    third = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=5)
+    held, _ = await _started_run_and_next(jobs, "third", third)
+    await jobs.remove_schedule("third")
+    with pytest.raises(ScheduleTickTaken):
+        await jobs.upsert_schedule(
+            "third", "report", {"account": 2}, every=3600, materialize=True,
+            job_key_prefix="repeat:third:", first_run_at=third, refuse_taken_tick=True,
+            take_started_tick=True,
+        )  # fmt: skip
+    assert await _key_of(jobs, held) == f"repeat:third:{int(third.timestamp() * 1000)}"
+
+
+@pytest.mark.parametrize("rescue_first", [True, False])
+async def test_a_tick_taken_while_its_run_is_rescued(
+    jobs: JobQueue, report, rescue_first: bool
+) -> None:
+    """The stalled-job rescue putting a started run back to pending and an upsert taking that
+    run's tick, at once. Rescue first: the upsert waits for the run's row, finds it pending,
+    leaves it its key and moves on to the next tick. Upsert first: the rescue skips the row
+    it holds (SKIP LOCKED); the run stays running, keyless, the new run at its tick."""
+    tick = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    key = f"repeat:hourly:{int(tick.timestamp() * 1000)}"
+    started, _following = await _started_run_and_next(jobs, "hourly", tick)
+    await jobs.db.pool.execute(
+        f"UPDATE {jobs.schema}.jobs SET locked_until = now() - interval '1 second' WHERE id = $1",
+        started,
+    )
+
+    async def rescue(conn: object) -> list:
+        return await jobs.db.fetch("rescue_stalled", 100, "nobody", conn=conn)
+
+    async def upsert(conn: object) -> object:
+        return await jobs.upsert_schedule(
+            "hourly", "report", {"account": 2}, every=3600, materialize=True,
+            job_key_prefix="repeat:hourly:", first_run_at=tick, refuse_taken_tick=True,
+            take_started_tick=True, connection=conn,
+        )  # fmt: skip
+
+    if rescue_first:
+        rescued, next_run, waited = await overlap(jobs.db.pool, rescue, upsert)
+        assert waited  # the upsert really waited for the rescue's row lock
+        assert [r["id"] for r in rescued] == [started]
+        assert next_run == tick + timedelta(hours=1)
+        assert await _key_of(jobs, started) == key
+        row = await jobs.get(started)
+        assert row is not None and row.status.value == "pending"
+    else:
+        next_run, rescued, waited = await overlap(jobs.db.pool, upsert, rescue)
+        assert not waited and rescued == []
+        assert next_run == tick
+        assert await _key_of(jobs, started) is None
+        row = await jobs.get(started)
+        assert row is not None and row.status.value == "running"
+    schedule = await jobs.get_schedule("hourly")
+    assert schedule is not None and schedule.next_run_at == next_run
+    assert await _key_of(jobs, schedule.pending_job_id) == (
+        f"repeat:hourly:{int(next_run.timestamp() * 1000)}"
+    )
+
+
+async def _has_started(jobs: JobQueue, job_id: int) -> bool:
+    status = await jobs.db.pool.fetchval(
+        f"SELECT status FROM {jobs.schema}.jobs WHERE id = $1", job_id
+    )
+    return status in (None, "running", "completed")
+
+
+async def test_upserts_racing_running_iterations_keep_one_pending_run(
+    jobs: JobQueue, registry: Registry
+) -> None:
+    """Stress: an every-second cron schedule whose runs a worker starts while upserts replace
+    its next run and take started runs' ticks. Every upsert either succeeds or is refused
+    (ScheduleTickTaken); there is never more than one pending run, and the schedule's pending
+    run always holds the key of its tick."""
+    ran: list[int] = []
+
+    @registry.kind("beat", input=dict, queue="beats")
+    async def beat(ctx, data: dict) -> None:
+        ran.append(ctx.id)
+        await asyncio.sleep(0.02)
+
+    options = dict(
+        cron="* * * * * *", materialize=True, job_key_prefix="repeat:beat:",
+        refuse_taken_tick=True, take_started_tick=True,
+    )  # fmt: skip
+    await jobs.upsert_schedule("beat", "beat", {"n": 0}, **options)
+    worker = jobs.worker(queues=["beats"], concurrency=2, poll_interval=0.01)
+    running = asyncio.create_task(worker.run())
+    refused = 0
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 2.5
+    n = 0
+    while loop.time() < deadline:
+        n += 1
+        schedule = await jobs.get_schedule("beat")
+        promoted = None if schedule is None else schedule.pending_job_id
+        if n % 2 and promoted is not None:
+            # run it before its tick: the next upsert's tick is then that started run's
+            await jobs.promote(promoted)
+            await eventually(functools.partial(_has_started, jobs, promoted))
+        try:
+            await jobs.upsert_schedule("beat", "beat", {"n": n}, **options)
+        except ScheduleTickTaken:
+            refused += 1
+        pending = await _pending_runs(jobs, "beat")
+        assert len(pending) <= 1
+        schedule = await jobs.get_schedule("beat")
+        assert schedule is not None
+        if schedule.pending_job_id is not None and schedule.next_run_at is not None:
+            millis = int(schedule.next_run_at.timestamp() * 1000)
+            assert await _key_of(jobs, schedule.pending_job_id) == f"repeat:beat:{millis}"
+        await asyncio.sleep(0.01)
+    await worker.stop()
+    await running
+    assert ran and n > refused
+    taken = await jobs.db.pool.fetchval(
+        f"SELECT count(*) FROM {jobs.schema}.jobs WHERE schedule = 'beat' AND job_key IS NULL"
+    )
+    assert taken > 0  # started runs did give their tick to a new run
 
 
 async def emitted_ids(jobs: JobQueue) -> list[dict]:

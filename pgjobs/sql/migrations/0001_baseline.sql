@@ -32,6 +32,11 @@ CREATE TABLE {schema}.jobs (
     flow_id       bigint,                  -- soft reference to flows.id
     pending_deps  integer     NOT NULL DEFAULT 0
                   CONSTRAINT jobs_pending_deps_check CHECK (pending_deps >= 0),
+    -- Whether counted prerequisites (pending_deps > 0) hold the pending job back from claims.
+    -- False only for a pending job given prerequisites by an attach that keeps it claimable
+    -- (BullMQ's child added to a waiting parent): it may run, but not complete, before they
+    -- end. A claim sets it back to true, so a job that asks to wait for them does.
+    waits         boolean     NOT NULL DEFAULT true,
     tenant        text,
     metadata      jsonb,
     progress      jsonb,
@@ -55,12 +60,13 @@ CREATE TABLE {schema}.jobs (
         CHECK ((status IN ('completed', 'dead', 'cancelled')) = (finished_at IS NOT NULL))
 );
 
--- The claim asks: the first N pending jobs of these queues with no open prerequisite,
--- ORDER BY priority DESC, run_at, id. This partial index has exactly that order after the
--- queue, so a one-queue claim reads N index entries and stops; finished rows, which are most
--- of the table, are not in it, so it stays small however long history is kept.
+-- The claim asks: the first N pending jobs of these queues that no open prerequisite holds
+-- back (none, or the job does not wait for them), ORDER BY priority DESC, run_at, id. This
+-- partial index has exactly that order after the queue, so a one-queue claim reads N index
+-- entries and stops; finished rows, which are most of the table, are not in it, so it stays
+-- small however long history is kept.
 CREATE INDEX jobs_claim_idx ON {schema}.jobs (queue, priority DESC, run_at, id)
-    WHERE status = 'pending' AND pending_deps = 0;
+    WHERE status = 'pending' AND (pending_deps = 0 OR NOT waits);
 
 -- Deduplication: at most one in-flight job per (queue, dedup key, tenant). Finished jobs leave
 -- the index, so a completed key can be enqueued again. The tenant is part of the key so one
@@ -82,16 +88,16 @@ CREATE INDEX jobs_finished_at_idx ON {schema}.jobs (finished_at) WHERE finished_
 CREATE INDEX jobs_running_idx ON {schema}.jobs (queue, group_key) WHERE status = 'running';
 
 -- In flight is the union of three partial indexes, one for each way of being in flight:
---   * pending with no prerequisite left: jobs_claim_idx;
+--   * pending with no prerequisite holding it back: jobs_claim_idx;
 --   * pending behind prerequisites: jobs_waiting_children_idx, below (flow parents only);
 --   * running: jobs_running_idx and jobs_lease_idx.
 -- Statements that read in-flight jobs spell the in-flight test as those three predicates
 -- (fragments.sql, in_flight; sql/filters.py for a status filter), so the planner can combine
--- the indexes; with jobs_pending_deps_check the three together are exactly
--- status IN ('pending', 'running'). No index holds all in-flight jobs: it would cost every
--- insert and every claim one more index entry.
+-- the indexes; with jobs_pending_deps_check and waits NOT NULL the three together are
+-- exactly status IN ('pending', 'running'). No index holds all in-flight jobs: it would cost
+-- every insert and every claim one more index entry.
 CREATE INDEX jobs_waiting_children_idx ON {schema}.jobs (queue)
-    WHERE status = 'pending' AND pending_deps > 0;
+    WHERE status = 'pending' AND pending_deps > 0 AND waits;
 
 -- Flows --------------------------------------------------------------------------------------
 
@@ -105,18 +111,24 @@ CREATE TABLE {schema}.flows (
 
 -- The edges of the job DAG. No foreign keys (each would check both jobs with a row lock on
 -- every edge written, and cascade on every job deleted): sql/schema/job_edges_integrity.sql
--- deletes a deleted job's edges, and attach_prerequisites, the one path that adds edges to
--- jobs it did not write itself, locks those jobs and refuses ids with no job.
+-- deletes a deleted job's edges (but keeps a satisfied edge whose completed prerequisite is
+-- deleted, with what its dependent reads of it), and attach_prerequisites, the one path that
+-- adds edges to jobs it did not write itself, locks those jobs and refuses ids with no job.
 CREATE TABLE {schema}.job_edges (
     prerequisite_id bigint NOT NULL,
     dependent_id    bigint NOT NULL,
     policy          text   NOT NULL
                     CONSTRAINT job_edges_policy_check
-                    CHECK (policy IN ('block', 'cascade', 'ignore', 'continue')),
+                    CHECK (policy IN ('block', 'cascade', 'cascade_deferred', 'ignore',
+                                      'continue')),
     state           text   NOT NULL DEFAULT 'open'
                     CONSTRAINT job_edges_state_check
                     CHECK (state IN ('open', 'blocked', 'satisfied', 'ignored', 'released', 'failed')),
-    failure         jsonb,   -- the prerequisite's error, kept for ignore/continue/cascade edges
+    failure         jsonb,   -- the prerequisite's error, kept for the failure policies
+    -- Set when the prerequisite of a satisfied edge is deleted (BullMQ's processed children
+    -- outlive their removal): its kind, name, queue, job_key and output, as the dependent
+    -- read them (prerequisite_results); the prerequisite_id then names no job.
+    removed_prerequisite jsonb,
     CONSTRAINT job_edges_pkey PRIMARY KEY (prerequisite_id, dependent_id),
     CONSTRAINT job_edges_check CHECK (prerequisite_id <> dependent_id)
 );

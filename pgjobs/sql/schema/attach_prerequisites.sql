@@ -80,7 +80,8 @@ BEGIN
     END IF;
     IF was IN ('open', 'blocked') THEN
         UPDATE {schema}.jobs d SET pending_deps = d.pending_deps - 1 WHERE d.id = p_dep
-        RETURNING CASE WHEN d.status = 'pending' AND d.pending_deps = 0 THEN d.queue END
+        RETURNING CASE WHEN d.status = 'pending' AND d.pending_deps = 0 AND d.waits
+                       THEN d.queue END
         INTO woken;
         IF woken IS NOT NULL THEN
             PERFORM pg_notify(p_channel, woken);

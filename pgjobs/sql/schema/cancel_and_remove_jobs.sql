@@ -41,7 +41,7 @@ $fn$;
 -- remove_jobs: delete the jobs p_ids, which the caller has locked (in id order), after
 -- resolving their dependents as for a removed prerequisite (block and ignore release, cascade
 -- cancels); with p_quiet, without their 'removed' events (job_events.sql). With
--- p_take_dependents, a dependent waiting for prerequisites (pending, pending_deps > 0) in the
+-- p_take_dependents, a dependent waiting for prerequisites (pending, held by them) in the
 -- queue of a deleted one, all of whose counted edges come from deleted jobs, is deleted too,
 -- and so on up (BullMQ's hard removal: a parent whose last child a clean, drain or obliterate
 -- removes goes with it). Such a dependent is locked (in id order) before it is checked, by a
@@ -68,13 +68,13 @@ BEGIN
         JOIN {schema}.jobs p ON p.id = e.prerequisite_id
         JOIN {schema}.jobs d ON d.id = e.dependent_id
         WHERE e.prerequisite_id = ANY(frontier) AND e.state IN ('open', 'blocked')
-          AND d.status = 'pending' AND d.pending_deps > 0 AND d.queue = p.queue
+          AND d.status = 'pending' AND d.pending_deps > 0 AND d.waits AND d.queue = p.queue
           AND NOT (d.id = ANY(ids));
         EXIT WHEN cardinality(taken) = 0;
         PERFORM 1 FROM {schema}.jobs d WHERE d.id = ANY(taken) ORDER BY d.id FOR UPDATE;
         SELECT coalesce(array_agg(d.id ORDER BY d.id), '{}') INTO taken
         FROM {schema}.jobs d
-        WHERE d.id = ANY(taken) AND d.status = 'pending' AND d.pending_deps > 0
+        WHERE d.id = ANY(taken) AND d.status = 'pending' AND d.pending_deps > 0 AND d.waits
           AND NOT EXISTS (SELECT FROM {schema}.job_edges o
                           WHERE o.dependent_id = d.id AND o.state IN ('open', 'blocked')
                             AND NOT (o.prerequisite_id = ANY(ids)));

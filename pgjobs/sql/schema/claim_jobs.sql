@@ -85,7 +85,8 @@ BEGIN
         FROM unnest(queues, allows) AS q(queue, allow)
         CROSS JOIN LATERAL (
             SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j
-            WHERE j.queue = q.queue AND j.status = 'pending' AND j.pending_deps = 0
+            WHERE j.queue = q.queue AND j.status = 'pending'
+              AND (j.pending_deps = 0 OR NOT j.waits)  -- jobs_claim_idx's predicate
               AND j.run_at <= now() AND j.kind = ANY(p_kinds)
             ORDER BY j.priority DESC, j.run_at, j.id
             LIMIT q.allow
@@ -102,7 +103,8 @@ BEGIN
                 SELECT w.*, row_number() OVER (PARTITION BY w.group_key
                                                ORDER BY w.priority DESC, w.run_at, w.id) AS rn
                 FROM (SELECT j.id, j.priority, j.run_at, j.group_key FROM {schema}.jobs j
-                      WHERE j.queue = q.queue AND j.status = 'pending' AND j.pending_deps = 0
+                      WHERE j.queue = q.queue AND j.status = 'pending'
+                        AND (j.pending_deps = 0 OR NOT j.waits)
                         AND j.run_at <= now() AND j.kind = ANY(p_kinds)
                       ORDER BY j.priority DESC, j.run_at, j.id
                       LIMIT q.allow * 20 + 100) w
@@ -127,7 +129,8 @@ BEGIN
         UPDATE {schema}.jobs j
         SET status = 'running', attempts = j.attempts + 1, lock_token = gen_random_uuid(),
             heartbeat_at = now(), locked_until = now() + make_interval(secs => p_lease),
-            started_at = now()
+            started_at = now(),
+            waits = true  -- once run, it waits for its prerequisites when it goes back
         WHERE j.id = ANY(picked)  -- locked by the pick above: still pending
         RETURNING j.*
     ),

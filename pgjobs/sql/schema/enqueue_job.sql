@@ -81,7 +81,8 @@ BEGIN
                                          OR qs.rate_limit IS NOT NULL))
                   AND NOT EXISTS (SELECT FROM {schema}.jobs a
                                   WHERE a.queue = p_queue AND a.status = 'pending'
-                                    AND a.pending_deps = 0 AND a.priority >= p_priority
+                                    AND (a.pending_deps = 0 OR NOT a.waits)
+                                    AND a.priority >= p_priority
                                     AND a.run_at <= now())
                 LIMIT 1
                 FOR UPDATE SKIP LOCKED)

@@ -182,13 +182,15 @@ BEGIN
     IF cardinality(wake_queues) > 0 THEN
         PERFORM pg_notify(p_channel, q) FROM unnest(wake_queues) AS q;
     END IF;
-    -- Retention {"count": 0}: remove at once, unless a dependent still needs the output.
+    -- Retention {"count": 0}: remove at once, unless a waiting dependent still reads the row
+    -- (a satisfied edge keeps a copy of the output instead: job_edges_integrity.sql).
     IF remove_ids IS NOT NULL THEN
         PERFORM {schema}.quiet_next_removal();  -- no 'removed' events (job_events.sql)
         DELETE FROM {schema}.jobs j
         WHERE j.id = ANY(remove_ids)
           AND NOT EXISTS (SELECT FROM {schema}.job_edges e JOIN {schema}.jobs d ON d.id = e.dependent_id
-                          WHERE e.prerequisite_id = j.id AND d.status IN ('pending', 'running'));
+                          WHERE e.prerequisite_id = j.id AND d.status IN ('pending', 'running')
+                            AND e.state <> 'satisfied');
     END IF;
     -- Retention {"count": n > 0}: trim the history of each (queue, status) just written to, as
     -- BullMQ does at completion. Trimmers of one history take turns (a transaction advisory
@@ -224,7 +226,8 @@ BEGIN
         ) doomed
         WHERE j.id = doomed.id
           AND NOT EXISTS (SELECT FROM {schema}.job_edges e JOIN {schema}.jobs d ON d.id = e.dependent_id
-                          WHERE e.prerequisite_id = j.id AND d.status IN ('pending', 'running'));
+                          WHERE e.prerequisite_id = j.id AND d.status IN ('pending', 'running')
+                            AND e.state <> 'satisfied');
     END IF;
     -- Retention {"age": s}: remove the finished jobs of each (queue, status) just written to
     -- whose own rule's age has passed, as BullMQ does at completion (the GC does it too). A call
@@ -237,7 +240,8 @@ BEGIN
     -- no lock order to agree on with them, and what is skipped goes at a later finish or by
     -- the GC. A row changed meanwhile is read again as of its change before it is locked, so a
     -- job re-driven since is not finished any more and stays. Never a job a pending or running
-    -- dependent still reads, nor one the metrics sweep has not counted (as the GC).
+    -- dependent still reads (but through a satisfied edge, which keeps a copy of the output:
+    -- job_edges_integrity.sql), nor one the metrics sweep has not counted (as the GC).
     IF age_queues IS NOT NULL THEN
         PERFORM {schema}.quiet_next_removal();  -- no 'removed' events (job_events.sql)
         DELETE FROM {schema}.jobs j
@@ -262,7 +266,8 @@ BEGIN
         ) doomed
         WHERE j.id = doomed.id
           AND NOT EXISTS (SELECT FROM {schema}.job_edges e JOIN {schema}.jobs d ON d.id = e.dependent_id
-                          WHERE e.prerequisite_id = j.id AND d.status IN ('pending', 'running'));
+                          WHERE e.prerequisite_id = j.id AND d.status IN ('pending', 'running')
+                            AND e.state <> 'satisfied');
     END IF;
     RETURN QUERY SELECT unnest(done_ids);
 END

@@ -22,7 +22,7 @@ RETURNS TABLE (
            count(*) FILTER (WHERE s.sub_state = 'completed'),
            count(*) FILTER (WHERE s.sub_state = 'cancelled')
     FROM {schema}.jobs j
-    CROSS JOIN LATERAL (SELECT {schema}.sub_state(j.status, j.pending_deps, j.run_at, j.attempts)
-                        AS sub_state) s
+    CROSS JOIN LATERAL (SELECT {schema}.sub_state(j.status, j.pending_deps, j.waits, j.run_at,
+                                                  j.attempts) AS sub_state) s
     WHERE j.flow_id = p_flow_id
 $fn$;

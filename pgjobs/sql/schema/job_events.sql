@@ -101,13 +101,13 @@ BEGIN
                             WHEN n.status = 'cancelled' THEN 'cancelled'
                             WHEN o.status = 'running' THEN
                                 CASE WHEN n.deferrals > o.deferrals THEN 'deferred'
-                                     WHEN n.pending_deps > 0 THEN 'waiting_children'
+                                     WHEN n.pending_deps > 0 AND n.waits THEN 'waiting_children'
                                      WHEN n.last_error ->> 'type' = 'LeaseExpired'
                                           AND n.last_error IS DISTINCT FROM o.last_error
                                           THEN 'stalled'
                                      ELSE 'retrying' END
                             ELSE 'requeued' END
-                   WHEN n.status = 'pending' AND n.pending_deps = 0 AND o.pending_deps > 0
+                   WHEN n.status = 'pending' AND n.pending_deps = 0 AND o.pending_deps > 0 AND o.waits
                        THEN 'released'
                    WHEN n.progress IS DISTINCT FROM o.progress AND n.status = 'running'
                        THEN 'progress'

@@ -137,7 +137,8 @@ BEGIN
     due AS (
         SELECT greatest(
                    (SELECT min(j.run_at) FROM {schema}.jobs j
-                    WHERE j.status = 'pending' AND j.pending_deps = 0 AND j.queue = s.queue
+                    WHERE j.status = 'pending' AND (j.pending_deps = 0 OR NOT j.waits)
+                      AND j.queue = s.queue
                       AND j.kind = ANY(p_kinds)),
                    s.limited_until, s.window_opens) AS at,
                s.concurrency IS NOT NULL OR s.group_concurrency IS NOT NULL AS is_capped
@@ -147,7 +148,8 @@ BEGIN
     SELECT (SELECT extract(epoch FROM min(d.at) - now())::float8 FROM due d),
            (SELECT bool_or(d.is_capped) FROM due d WHERE d.at <= now()),
            EXISTS (SELECT FROM {schema}.jobs j
-                   WHERE (j.status = 'running' OR (j.status = 'pending' AND j.pending_deps = 0))
+                   WHERE (j.status = 'running'
+                          OR (j.status = 'pending' AND (j.pending_deps = 0 OR NOT j.waits)))
                      AND j.queue = ANY(p_queues) AND j.kind = ANY(p_kinds))
     INTO until_due, capped, busy;
 END
