@@ -619,7 +619,23 @@ class _Stream:
             self.earlier.update(earlier)
             todo = [u for u in units if not all((e.prefix, e.queue, e.job_id) in earlier
                                                 for e in u.ledger)]  # fmt: skip
-            report.already_done += len(units) - len(todo)
+            readded = 0
+            if self.live:
+                # A jobId an earlier run moved is free in Redis again and BullMQ accepts it
+                # anew: a job with other data under it is not the one the ledger holds, but a
+                # collision with it (PostgreSQL's job keeps the id). Same data: not told apart.
+                writing = {id(u) for u in todo}
+                for unit in units:
+                    if id(unit) in writing:
+                        continue
+                    other = [
+                        e
+                        for e in unit.ledger
+                        if earlier[(e.prefix, e.queue, e.job_id)].checksum != e.checksum
+                    ]
+                    self.collided.update((e.prefix, e.queue, e.job_id) for e in other)
+                    readded += bool(other)
+            report.already_done += len(units) - len(todo) - readded
             rows: list[tuple[str, str, str, int, str, str]] = []
             numeric: dict[str, list[int]] = {}
             kept = 0  # Redis jobs whose id PostgreSQL already had
