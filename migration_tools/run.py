@@ -678,7 +678,7 @@ class _Stream:
             found = self.transformer.cache.get((ref, job_id))
             if found is None:
                 continue
-            container = next((c for c in CONTAINERS if c in found.containers), "wait")
+            container = _container_of(found)
             if container == "active":
                 self.left_active += 1
                 return False
@@ -706,7 +706,7 @@ class _Stream:
         job was paged, makes the same run there, so the Redis copy is taken and removed."""
         ref, job_id = key
         found = self.transformer.cache[key]
-        container = next((c for c in CONTAINERS if c in found.containers), "wait")
+        container = _container_of(found)
         if container == "active":
             self.left_active += 1
             return
@@ -851,6 +851,12 @@ async def _settle(jobs: JobQueue, ledger: Ledger, plan: Plan, *, settings: bool 
         if setting.rate:
             await jobs.set_rate_limit(setting.queue, setting.rate[0], setting.rate[1])
     await jobs.reserve_ids(plan.max_numeric_id)
+
+
+def _container_of(found: Any) -> str:
+    """The container a fetched job stands in, by BullMQ's precedence (a job in two takes the
+    one that decides its state)."""
+    return next((c for c in CONTAINERS if c in found.containers), "wait")
 
 
 def _runs(units: list[Unit]) -> list[list[Unit]]:
