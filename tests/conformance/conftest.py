@@ -59,7 +59,7 @@ class Bull:
         return {**self.opts, **extra}
 
     def queue(self, name: str | None = None, **extra: Any) -> Any:
-        queue = self.module.Queue(name or self.name(), self.options(**extra))
+        queue = self.module.Queue(self.name() if name is None else name, self.options(**extra))
         self._closing.append(queue)
         return queue
 
