@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import heapq
 import logging
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager, asynccontextmanager
 from types import TracebackType
@@ -126,15 +128,74 @@ def terminate(conn: Any) -> None:
         conn.terminate()
 
 
+class _Deadlines:
+    """The statement deadlines of one event loop, behind one timer: a statement's deadline is
+    a heap entry, and the loop's timer is set for the earliest one still open. Entering and
+    leaving a statement that answers in time costs a heap push and a flag, not a timer handle
+    created and cancelled: the timer moves only for a deadline earlier than every open one."""
+
+    __slots__ = ("_handle", "_heap", "_loop", "_order")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._heap: list[tuple[float, int, _Watchdog]] = []
+        self._order = 0  # ties broken by arrival, never by comparing watchdogs
+        self._handle: asyncio.TimerHandle | None = None
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> _Deadlines:
+        deadlines = _DEADLINES.get(loop)
+        if deadlines is None:
+            deadlines = _DEADLINES[loop] = cls(loop)
+        return deadlines
+
+    def add(self, when: float, watchdog: _Watchdog) -> None:
+        self._order += 1
+        heapq.heappush(self._heap, (when, self._order, watchdog))
+        if self._handle is None or when < self._handle.when():
+            self._arm(when)
+
+    def settled(self) -> None:
+        """A statement was left: the entries at the head that are closed go (statements mostly
+        end in the order they began, so the heap stays about as large as what is in flight)."""
+        heap = self._heap
+        while heap and heap[0][2].closed:
+            heapq.heappop(heap)
+        if not heap and self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _arm(self, when: float) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle = self._loop.call_at(when, self._expire)
+
+    def _expire(self) -> None:
+        self._handle = None
+        heap = self._heap
+        now = self._loop.time()
+        while heap and (heap[0][2].closed or heap[0][0] <= now):
+            _, _, watchdog = heapq.heappop(heap)
+            if not watchdog.closed:
+                watchdog.fire()
+        if heap:
+            self._arm(heap[0][0])
+
+
+_DEADLINES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Deadlines] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 class _Watchdog:
     """A statement's deadline: if it is not left within ``seconds``, the connection is
     terminated (which fails the statement at once, and never hands a half-read connection back
-    to the pool) and the statement's error becomes DatabaseTimeout. A timer, not a task: a
-    statement that answers in time costs one timer handle. With ``seconds`` None there is no
-    deadline, only the bound on a cancellation (``bound_cancellation``): what is left of the
-    deadline, or ``grace`` seconds."""
+    to the pool) and the statement's error becomes DatabaseTimeout. Its loop's ``_Deadlines``
+    keeps the time. With ``seconds`` None there is no deadline, only the bound on a
+    cancellation (``bound_cancellation``): what is left of the deadline, or ``grace`` seconds."""
 
-    __slots__ = ("_conn", "_grace", "_handle", "_on_fire", "_seconds", "_what", "fired")
+    __slots__ = ("_conn", "_deadlines", "_grace", "_on_fire", "_seconds", "_what", "_when",
+                 "closed", "fired")  # fmt: skip
 
     def __init__(
         self,
@@ -149,16 +210,21 @@ class _Watchdog:
         self._what = what
         self._on_fire = on_fire
         self._grace = grace
-        self._handle: asyncio.TimerHandle | None = None
+        self._deadlines: _Deadlines | None = None
+        self._when = 0.0
+        self.closed = False
         self.fired = False
 
     def __enter__(self) -> _Watchdog:
         if self._seconds is not None:
-            self._handle = asyncio.get_running_loop().call_later(self._seconds, self._fire)
+            loop = asyncio.get_running_loop()
+            self._when = loop.time() + self._seconds
+            self._deadlines = _Deadlines.of(loop)
+            self._deadlines.add(self._when, self)
         return self
 
-    def _fire(self) -> None:
-        self.fired = True
+    def fire(self) -> None:
+        self.fired = self.closed = True
         logger.debug("no answer to %s within %.1fs: closing its connection", self._what,
                      self._seconds)  # fmt: skip
         try:
@@ -173,9 +239,10 @@ class _Watchdog:
         traceback: TracebackType | None,
     ) -> None:
         grace = self._grace
-        if self._handle is not None:
-            self._handle.cancel()
-            grace = max(self._handle.when() - asyncio.get_running_loop().time(), 0.0)
+        self.closed = True
+        if self._deadlines is not None:
+            self._deadlines.settled()
+            grace = max(self._when - asyncio.get_running_loop().time(), 0.0)
         if error is None:
             return
         if self.fired and isinstance(error, Exception):

@@ -22,6 +22,7 @@ from pgjobs import (
     Timeouts,
     create_pool,
 )
+from pgjobs.executor import Database
 from pgjobs.network import split_dsn
 from tests.fault_proxy import FaultProxy
 
@@ -126,6 +127,28 @@ async def test_a_statement_on_a_silent_connection_times_out_and_the_next_one_wor
         await asyncio.wait_for(remote.close(), 10)
     inputs = [row.payload for row in await jobs.list_jobs()]
     assert {"n": 1} in inputs and {"n": 3} in inputs
+
+
+async def test_a_shorter_deadline_started_later_fires_first_and_alone(
+    proxy: FaultProxy, schema_name: str
+) -> None:
+    """One timer serves every deadline of a loop: a statement with a short deadline, begun
+    after one with a long deadline, times out at its own time while the other keeps waiting,
+    which then times out at its own."""
+    db = await Database.connect(proxy.dsn, schema_name, min_size=2, max_size=2)
+    try:
+        assert await db.fetchval("ping") == 1  # both connections up
+        async with db.pool.acquire() as first, db.pool.acquire() as second:
+            proxy.blackhole()
+            long = asyncio.ensure_future(db.fetchval("ping", conn=first, deadline=3.0))
+            await asyncio.sleep(0)  # the long deadline is entered first
+            with pytest.raises(DatabaseTimeout, match=r"'ping' within 0\.3s"):
+                await db.fetchval("ping", conn=second, deadline=0.3)
+            assert not long.done()
+            with pytest.raises(DatabaseTimeout, match=r"'ping' within 3s"):
+                await long
+    finally:
+        await asyncio.wait_for(db.close(), 10)
 
 
 async def test_a_commit_that_gets_no_answer_raises_and_closes_its_connection(
