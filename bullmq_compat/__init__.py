@@ -4,7 +4,8 @@ differs and what is not built yet.
 
 Besides BullMQ's names, the mapping between BullMQ and the engine is public, for tools that
 write facade jobs through the engine (the Redis migration): ``KIND`` (the facade's job kind),
-``facade_registry()``, ``engine_queue(prefix, name)``, ``enqueue_options(name, opts, prefix,
+``DIALECT`` (what it records as its queues' dialect), ``facade_registry()``,
+``engine_queue(prefix, name)``, ``enqueue_options(name, opts, prefix,
 queue)``, ``edge_policy(child_opts)``, ``bullmq_state(sub_state, priority)``,
 ``json_data(data)`` and ``scheduler_arguments(...)``.
 """
@@ -21,6 +22,7 @@ from bullmq_compat.job import Job
 from bullmq_compat.job_scheduler import JobScheduler, default_repeat_strategy
 from bullmq_compat.job_scheduler import upsert_arguments as scheduler_arguments
 from bullmq_compat.mapping import (
+    DIALECT,
     KIND,
     bullmq_state,
     edge_policy,
@@ -34,6 +36,7 @@ from bullmq_compat.queue_events import QueueEvents, QueueEventsProducer
 from bullmq_compat.worker import Worker
 
 __all__ = [
+    "DIALECT",
     "KIND",
     "AbortController",
     "AbortError",

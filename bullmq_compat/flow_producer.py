@@ -59,6 +59,12 @@ class FlowProducer:
             )
         return self._queues[name]
 
+    async def _describe_queues(self) -> None:
+        """Record each queue the flows went to as a BullMQ queue (once per queue, see
+        Queue.engine), so the dashboard shows it by its BullMQ name."""
+        for queue in list(self._queues.values()):
+            await queue.engine()
+
     async def add(
         self, flow: dict[str, Any], opts: dict[str, Any] | None = None
     ) -> dict[str, Any] | None:
@@ -85,6 +91,7 @@ class FlowProducer:
             # One tree with no parent to look up: its submission is atomic by itself.
             graph = self._graph(flows[0], queues_options)
             submitted = await jobs.submit_flow(graph, durability=self.durability, reuse=True)
+            await self._describe_queues()
             return [self._result(flows[0], "root", submitted.job_ids)]
         results = []
         async with jobs.transaction() as conn:  # every tree, or none
@@ -111,6 +118,7 @@ class FlowProducer:
                         wait=False,
                     )
                 results.append(self._result(tree, "root", submitted.job_ids))
+        await self._describe_queues()
         return results
 
     @staticmethod

@@ -60,6 +60,11 @@ def facade_registry() -> Registry:
     return registry
 
 
+DIALECT = "bullmq"
+"""The dialect the facade records for its queues (``JobQueue.describe_queue``): the dashboard
+shows them by their BullMQ name, in BullMQ's states and words."""
+
+
 def engine_queue(prefix: str, name: str) -> str:
     """The engine queue of BullMQ queue ``name`` under ``prefix``: ``<prefix>:<name>``, the
     qualifiedName. A name cannot contain ':' (BullMQ for Node refuses it too), so the mapping is
@@ -451,3 +456,45 @@ def durability(opts: dict[str, Any]) -> Durability | None:
         return Durability(value)
     except ValueError:
         raise InvalidOption("durability", f"must be 'durable' or 'async', got {value!r}") from None
+
+
+MAX_RATE_DURATION_MS = 366 * 86400 * 1000
+
+
+def rate_limit(
+    max_jobs: Any, duration: Any, options: tuple[str, str] = ("max", "duration")
+) -> tuple[int, float]:
+    """BullMQ's rate limit, ``max`` jobs per ``duration`` milliseconds, as the engine's (max
+    starts, per seconds); ``options`` name the two in errors, as the caller's BullMQ code
+    spells them (``limiter.max``, ``limiter.duration`` for a Worker's)."""
+    if isinstance(max_jobs, float) and max_jobs.is_integer():
+        max_jobs = int(max_jobs)
+    if (
+        isinstance(max_jobs, bool)
+        or not isinstance(max_jobs, int)
+        or not 1 <= max_jobs <= 1_000_000_000
+    ):
+        raise InvalidOption(options[0], f"must be a whole number of jobs >= 1, got {max_jobs!r}")
+    if (
+        isinstance(duration, bool)
+        or not isinstance(duration, int | float)
+        or not math.isfinite(duration)
+        or not 0 < duration <= MAX_RATE_DURATION_MS
+    ):
+        raise InvalidOption(
+            options[1], f"must be milliseconds > 0 (at most a year), got {duration!r}"
+        )
+    return max_jobs, duration / 1000
+
+
+def worker_limiter(opts: dict[str, Any]) -> tuple[int, float] | None:
+    """A Worker's ``limiter`` option ``{max, duration}`` as (max starts, per seconds); None
+    without one."""
+    limiter = opts.get("limiter")
+    if not limiter:  # absent, None or {}: no limiter
+        return None
+    if not isinstance(limiter, dict):
+        raise InvalidOption("limiter", f"must be {{max, duration}}, got {limiter!r}")
+    return rate_limit(
+        limiter.get("max"), limiter.get("duration"), ("limiter.max", "limiter.duration")
+    )

@@ -16,6 +16,7 @@ from bullmq_compat import job_scheduler as schedulers
 from bullmq_compat.connection import EngineConnection
 from bullmq_compat.job import Job, job_id_of
 from bullmq_compat.mapping import (
+    DIALECT,
     KIND,
     NO_PRIORITY,
     durability,
@@ -27,6 +28,7 @@ from bullmq_compat.mapping import (
     facade_registry,
     json_data,
     options_key,
+    rate_limit,
     stored_data,
     stored_data_array,
     to_engine_priority,
@@ -136,11 +138,17 @@ class Queue:
         self._record_events = events_max_len(self.opts) != 0
         self._options_memo: dict[Any, dict[str, Any]] = {}  # by options_key (Queue._options)
         self.closing = False
+        self._described = False
 
     async def engine(self) -> pgjobs.JobQueue:
         """The engine JobQueue under this queue (opened on first use): the bridge to what
         BullMQ cannot do (transactional adds, flows beyond trees, tracking)."""
-        return await self.connection.open(self._registry)
+        jobs = await self.connection.open(self._registry)
+        if not self._described:
+            # the dashboard then shows this queue by its BullMQ name, in BullMQ's words
+            await jobs.describe_queue(self.qualifiedName, label=self.name, dialect=DIALECT)
+            self._described = True
+        return jobs
 
     @property
     def jobScheduler(self) -> schedulers.JobScheduler:
@@ -906,10 +914,16 @@ class Queue:
         await jobs.set_concurrency(self.qualifiedName, None)
         return int(had)
 
-    async def setGlobalRateLimit(self, max_jobs: int, duration: int) -> None:
-        """At most ``max_jobs`` jobs of this queue started per ``duration`` milliseconds, across all
-        workers."""
-        await (await self.engine()).set_rate_limit(self.qualifiedName, max_jobs, duration / 1000)
+    async def setGlobalRateLimit(self, max_jobs: int, duration_ms: int) -> int:
+        """At most ``max_jobs`` jobs of this queue started per ``duration_ms`` milliseconds by
+        all its workers together, those with a ``limiter`` of their own included (a queue
+        setting: it holds until ``removeGlobalRateLimit``). Returns 2 when the queue had no
+        global rate limit, 0 when this one replaced it (the fields BullMQ's ``HSET`` adds)."""
+        limit, period = rate_limit(max_jobs, duration_ms)
+        jobs = await self.engine()
+        had = (await jobs.queue_settings(self.qualifiedName)).rate_limit is not None
+        await jobs.set_rate_limit(self.qualifiedName, limit, period)
+        return 0 if had else 2
 
     async def getGlobalRateLimit(self) -> dict[str, int] | None:
         """The global rate limit as ``{"max": n, "duration": ms}``, or None."""
@@ -932,27 +946,33 @@ class Queue:
     async def getRateLimitTtl(self, max_jobs: int | None = None) -> int:
         """Milliseconds until the queue hands out jobs again, as BullMQ's limiter key says.
         With a rate limit (``max_jobs``, else the queue's ``max``): the rest of a ``rateLimit``
-        or of a window that has admitted ``max`` jobs, else 0. Without one: the rest of a
-        ``rateLimit``, else -2 (Redis' PTTL of a missing key)."""
+        or of a window (the global rate limit's, or the one the workers with a ``limiter``
+        share) that has admitted ``max`` jobs, else 0. Without one: the rest of a
+        ``rateLimit``, else of the workers' window while one is open, else -2 (Redis' PTTL of
+        a missing key)."""
         settings = await (await self.engine()).queue_settings(self.qualifiedName)
         now = datetime.now(UTC)
 
         def left(until: datetime | None) -> int:
-            return 0 if until is None else int((until - now).total_seconds() * 1000)
+            return 0 if until is None else max(int((until - now).total_seconds() * 1000), 0)
 
         manual = left(settings.limited_until)
+        workers_window = left(settings.worker_window_end)
         limit = max_jobs or settings.rate_limit
         if not limit:
-            return manual if manual > 0 else -2
+            return manual or workers_window or -2
         if manual > 0:
             return manual
+        full = 0
         if (
             settings.window_start is not None
             and settings.rate_period is not None
             and settings.window_count >= limit
         ):
-            return max(left(settings.window_start + timedelta(seconds=settings.rate_period)), 0)
-        return 0
+            full = left(settings.window_start + timedelta(seconds=settings.rate_period))
+        if settings.worker_window_count >= limit:
+            full = max(full, workers_window)
+        return full
 
     async def removeRateLimitKey(self) -> int:
         """End a ``rateLimit`` now; 1 when one was in force, else 0."""

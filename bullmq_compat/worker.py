@@ -24,12 +24,14 @@ from bullmq_compat.emitter import EventEmitter
 from bullmq_compat.job import Job, error_message, job_id_of
 from bullmq_compat.job_scheduler import JobScheduler
 from bullmq_compat.mapping import (
+    DIALECT,
     KIND,
     durability,
     engine_queue,
     events_max_len,
     json_data,
     keep_rule,
+    worker_limiter,
 )
 from bullmq_compat.queue import Queue
 from bullmq_compat.types import QueueBaseOptions, WorkerOptions
@@ -89,7 +91,10 @@ class Worker(EventEmitter):
     between checks for jobs whose worker stopped; 30000), ``maxStalledCount`` (1: a job whose
     worker died runs
     again without using an attempt, and fails once it has stalled more times than this),
-    ``limiter`` ``{max, duration}`` (a queue-wide rate limit, as BullMQ documents it),
+    ``limiter`` ``{max, duration}`` (at most ``max`` jobs started per ``duration`` ms, counted
+    in one window per queue that every worker with a ``limiter`` shares, as BullMQ's limiter
+    key; passed with this worker's claims, it holds no worker without one and ends with this
+    worker; a limit for every worker is ``Queue.setGlobalRateLimit``),
     ``removeOnComplete`` / ``removeOnFail`` (for jobs added without them), ``settings``
     ``{backoffStrategy}`` (for jobs whose backoff type is custom), ``name`` (how
     ``Queue.getWorkers`` lists it; default host:pid), ``durability`` (``"durable"`` or
@@ -134,6 +139,8 @@ class Worker(EventEmitter):
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise pgjobs.InvalidOption(option, f"must be milliseconds > 0, got {value!r}")
         self._durability = durability(self.opts)
+        self._limiter = worker_limiter(self.opts)
+        """This worker's ``limiter`` as (max starts, per seconds), or None."""
         self._retention: list[tuple[str, str, pgjobs.Keep]] = []
         """The worker's own removeOnComplete / removeOnFail: (option, status, rule)."""
         for option, status in (("removeOnComplete", "completed"), ("removeOnFail", "dead")):
@@ -200,6 +207,8 @@ class Worker(EventEmitter):
                 heartbeat_interval=self._renew_interval(),
                 name=self.opts.get("name"),
                 durability=self._durability or jobs.durability,
+                rate_limit=self._limiter[0] if self._limiter else None,
+                rate_period=self._limiter[1] if self._limiter else None,
             )
             self._scheduler = jobs.scheduler(poll_interval=1.0)
             self._scheduler.start()
@@ -227,12 +236,8 @@ class Worker(EventEmitter):
         while not self._close_requested.is_set():
             try:
                 jobs = await self.connection.open(registry)
-                limiter = self.opts.get("limiter")
-                if limiter:
-                    await jobs.set_rate_limit(
-                        self.qualifiedName, int(limiter["max"]), limiter["duration"] / 1000
-                    )
                 await jobs.set_max_stalls(self.qualifiedName, int(self.opts["maxStalledCount"]))
+                await jobs.describe_queue(self.qualifiedName, label=self.name, dialect=DIALECT)
                 return jobs
             except pgjobs.TRANSIENT_ERRORS as exc:
                 failures += 1
@@ -434,6 +439,8 @@ class Worker(EventEmitter):
                 kinds=[KIND],
                 lease=self.opts["lockDuration"] / 1000,
                 durability=self._durability,
+                rate_limit=self._limiter[0] if self._limiter else None,
+                rate_period=self._limiter[1] if self._limiter else None,
             )
             if taken:
                 break

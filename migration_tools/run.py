@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 import asyncpg
 
-from bullmq_compat import bullmq_state, engine_queue, facade_registry
+from bullmq_compat import DIALECT, bullmq_state, engine_queue, facade_registry
 from migration_tools import live, reader
 from migration_tools.layout import CONTAINERS, LegacyLayout, base, state_of
 from migration_tools.ledger import JobRef, Ledger, source
@@ -468,6 +468,10 @@ class _Stream:
             # Before any job is written: an add on PostgreSQL from now on gets an id past every
             # id Redis handed out, so no moved job's id is ever given to another job.
             await self.jobs.reserve_ids(self.plan.max_numeric_id)
+            # the dashboard shows the queue by its BullMQ name, as the facade's own queues
+            await self.jobs.describe_queue(
+                engine_queue(ref.prefix, ref.name), label=ref.name, dialect=DIALECT
+            )
         self.queues.append(ref)
         self.report.queues.append(str(ref))
         self.progress.total += context.job_count

@@ -13,6 +13,11 @@ leased to this worker and notify it alone with the row, saving the claim's round
 (sql/schema/enqueue_job.sql). The next claim withdraws the registration and returns the
 hand-offs whose notification had not arrived, so a lost notification costs time, never a job,
 and a job is never taken twice (tokens seen are remembered for a while).
+
+A rate limit of the worker's own (``rate_limit``: max starts per period) goes with each claim
+(sql/schema/claim_jobs.sql): it counts in, and is held by, the window its queues share among
+the workers that claim with one; nothing of it is written onto the queues. Such a worker
+registers without free slots, so it is never handed a job (a hand-off would escape the count).
 """
 
 from __future__ import annotations
@@ -112,6 +117,7 @@ class Claimer:
         poll_interval: float,
         worker_id: uuid.UUID | None = None,
         outage: Outage | None = None,
+        rate_limit: tuple[int, float] | None = None,
     ) -> None:
         self._db = db
         self.outage = outage or Outage(logger, "claimer")
@@ -121,6 +127,8 @@ class Claimer:
         self.claim_ahead = claim_ahead
         self.slots = slots
         self.poll_interval = poll_interval
+        self.rate_limit = rate_limit
+        """The worker's own rate limit, (max starts, per seconds), or None."""
         self.handler_seconds: float | None = None
         """Moving average of handler run times (None until one has run)."""
         self.wake = asyncio.Event()
@@ -162,6 +170,7 @@ class Claimer:
         """Up to ``free`` jobs plus those claimed ahead, best first (priority, due time, id);
         the hand-offs not yet seen since the last registration among them."""
         registered = self._registered
+        max_jobs, per_seconds = self.rate_limit or (None, None)
         claimed = await self._db.fetch(
             "claim_for_worker",
             self.queues,
@@ -171,6 +180,8 @@ class Claimer:
             self.ahead_wanted(),
             self.worker_id if registered else None,
             self._seen,
+            max_jobs,
+            per_seconds,
         )
         rows: list[ClaimedRow] = list(claimed)
         if registered:
@@ -191,10 +202,11 @@ class Claimer:
             self.queues,
             self.kinds,
             self.worker_id if register else None,
-            free if self.hand_offs and self.notified else 0,
+            free if self.hand_offs and self.notified and self.rate_limit is None else 0,
             3 * self.poll_interval,
             self.lease,
             self.handoff_channel,
+            self.rate_limit[0] if self.rate_limit is not None else None,
         )
         assert row is not None
         if row["registered"]:

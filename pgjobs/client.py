@@ -48,6 +48,7 @@ from pgjobs.models import (
     LogPage,
     MetricsBucket,
     PurgeResult,
+    QueueDescription,
     QueueStats,
     SubState,
     WorkerInfo,
@@ -366,10 +367,14 @@ class JobQueue:
         limit: int = 1,
         lease: float = 30.0,
         durability: Durability | str | None = None,
+        rate_limit: int | None = None,
+        rate_period: float | None = None,
     ) -> list[JobContext]:
         """Claim up to ``limit`` due jobs of ``queues`` by hand (no worker), best first, leased
         for ``lease`` seconds, honouring pause, caps and rate limits as a worker's claim does.
         ``kinds``: those to take (default: every kind of this queue's registry).
+        ``rate_limit`` starts per ``rate_period`` seconds: the claimer's own limit, counted in
+        the window each queue shares among the claims that pass one (see Worker).
 
         Finish each with ``ctx.complete(output)``, ``ctx.fail(exc)`` or ``ctx.release()``; keep
         it past its lease with ``ctx.extend_lease()``. A job left unfinished when its lease ends
@@ -385,7 +390,13 @@ class JobQueue:
             raise InvalidOption("lease", f"must be > 0 seconds, got {lease!r}")
         names = [validation.queue(q) for q in queues]
         sent = time.monotonic()
-        rows = await self.db.fetch("claim", names, wanted, limit, float(lease), 0)
+        if rate_limit is None and rate_period is None:
+            rows = await self.db.fetch("claim", names, wanted, limit, float(lease), 0)
+        else:
+            own = validation.rate_limit(rate_limit, rate_period, ("rate_limit", "rate_period"))
+            rows = await self.db.fetch(
+                "claim_rate_limited", names, wanted, limit, float(lease), 0, *own
+            )
         ordered = sorted(rows, key=lambda r: (-r["priority"], r["run_at"], r["id"]))
         await self._schedules.started(ordered)
         commit = self._commit(durability)
@@ -667,7 +678,8 @@ class JobQueue:
     async def update_payload(
         self, job_id: int, data: Any, *, tenant: str | None = None, any_tenant: bool = False
     ) -> bool:
-        """Replace a job's input (validated by its kind)."""
+        """Replace a job's input: validated by its kind when this queue's registry has it,
+        else any JSON that jsonb stores unchanged (``NotJson`` otherwise)."""
         return await self._ops.update_payload(job_id, data, tenant=tenant, any_tenant=any_tenant)
 
     async def change_priority(
@@ -716,14 +728,24 @@ class JobQueue:
         *,
         offset: int = 0,
         limit: int = 100,
+        newest_first: bool = False,
         tenant: str | None = None,
         any_tenant: bool = False,
     ) -> LogPage:
         """A page of a job's log lines (``append_log``), oldest first: at most ``limit`` (1 to
         10,000) from ``offset``, with how many there are in all; an empty page if there is no such
-        job. Bad bounds raise ``InvalidOption``."""
+        job (or ``offset`` is past its last line). Bad bounds raise ``InvalidOption``.
+
+        ``newest_first``: the lines in reverse order, ``offset`` counted from the newest, so
+        ``read_logs(job_id, limit=50, newest_first=True)`` is the latest 50 lines of a chatty
+        job, newest first (what the dashboard's job page shows)."""
         return await self._ops.read_logs(
-            job_id, offset=offset, limit=limit, tenant=tenant, any_tenant=any_tenant
+            job_id,
+            offset=offset,
+            limit=limit,
+            newest_first=newest_first,
+            tenant=tenant,
+            any_tenant=any_tenant,
         )
 
     async def purge(
@@ -766,6 +788,18 @@ class JobQueue:
     async def resume(self, queue: str) -> None:
         """Hand out the jobs of ``queue`` again after ``pause``."""
         await self._queues.resume(queue)
+
+    async def describe_queue(
+        self, queue: str, *, label: str | None, dialect: str | None = None
+    ) -> None:
+        """Record how ``queue``'s application names it (``label``, None: the engine's name)
+        and the words the dashboard shows it in (``dialect``: None, the engine's; ``"bullmq"``,
+        BullMQ's states and names). Writes nothing when already so."""
+        await self._queues.describe(queue, label, dialect)
+
+    async def queue_descriptions(self) -> list[QueueDescription]:
+        """Every queue given a label or a dialect by ``describe_queue``, by engine name."""
+        return await self._queues.descriptions()
 
     async def set_rate_limit(
         self, queue: str, max_jobs: int | None, per_seconds: float | None = None
@@ -1034,6 +1068,15 @@ class JobQueue:
             )
             for r in rows
         ]
+
+    async def queue_counts(self, queue: str) -> dict[SubState, int]:
+        """How many jobs of ``queue`` are in each sub-state, exact, in time proportional to its
+        jobs in flight: finished jobs are counted as they finish (see Tracking.queue_counts)."""
+        return await self._tracking.queue_counts(queue)
+
+    async def fold_finished_counts(self) -> int:
+        """Fold the finished counts (workers do it on their own every few seconds)."""
+        return await self._tracking.fold_finished_counts()
 
     async def queue_stats(self) -> list[QueueStats]:
         """One row per queue: its jobs' counts by sub-state, its paused flag and its limits."""

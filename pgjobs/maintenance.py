@@ -19,9 +19,10 @@ if TYPE_CHECKING:
 GC_KIND = "pgjobs.gc"
 SWEEP_KIND = "pgjobs.metrics_sweep"
 VACUUM_KIND = "pgjobs.vacuum"
-CHURNING_TABLES = ("dedup_holds", "job_events", "jobs", "queue_settings")
+CHURNING_TABLES = ("dedup_holds", "job_events", "jobs", "queue_settings", "worker_windows")
 """Every job leaves dead tuples in these: each transition is an UPDATE (or an INSERT and a
-DELETE), and every claim of a rate-limited queue updates its settings row."""
+DELETE), every claim of a rate-limited queue updates its settings row, and every claim of a
+worker with its own rate limit its queue's worker window."""
 MAINTENANCE_QUEUE = "pgjobs.maintenance"
 DAY = 86400.0
 

@@ -186,6 +186,9 @@ class JobFilter:
     pending_run: bool | None = None
     """True: only jobs that are a materialized schedule's pending run (its next run); False:
     every job but those."""
+    history_since: datetime | None = None
+    """Every job in flight, and of the finished ones only those finished since then: bounds
+    how much history a scan reads (the dashboard's payload filter)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +201,8 @@ class LogLine:
 
 @dataclass(frozen=True, slots=True)
 class LogPage:
-    """One page of a job's log lines, oldest first, and how many there are in all."""
+    """One page of a job's log lines (oldest first, or newest first when asked: see
+    ``JobQueue.read_logs``), and how many there are in all."""
 
     lines: list[LogLine]
     total: int
@@ -281,8 +285,8 @@ class FlowView:
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
-    """One queue as ``JobQueue.queue_stats`` reports it: counts by sub-state, the paused flag
-    and its limits (None: no limit)."""
+    """One queue as ``JobQueue.queue_stats`` reports it: counts by sub-state, the paused flag,
+    its limits (None: no limit), and how its application names it."""
 
     queue: str
     counts: dict[SubState, int]
@@ -291,6 +295,26 @@ class QueueStats:
     group_concurrency: int | None
     rate_limit: int | None
     rate_period: float | None
+    label: str | None = None
+    """The queue's name as its application gives it (``JobQueue.describe_queue``); None: the
+    engine's name is the one to show."""
+    dialect: str | None = None
+    """``"bullmq"`` for a queue written through the BullMQ facade; None for a native queue."""
+
+    @property
+    def shown_name(self) -> str:
+        """The name to show: the label, else the engine's name."""
+        return self.label if self.label is not None else self.queue
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDescription:
+    """How a queue's application names it (``JobQueue.describe_queue``): its ``label`` (None:
+    the engine's name) and ``dialect`` (``"bullmq"``, or None for a native queue)."""
+
+    queue: str
+    label: str | None
+    dialect: str | None
 
 
 @dataclass(frozen=True, slots=True)

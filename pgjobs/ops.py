@@ -123,8 +123,11 @@ class Operations:
         kind_name = await self._db.fetchval("job_kind", job_id, tenant, any_tenant)
         if kind_name is None:
             return False
-        kind = self._registry.get(kind_name)
-        payload = kind.encode(kind.validate(data))
+        if kind_name in self._registry:
+            kind = self._registry.get(kind_name)
+            payload = kind.encode(kind.validate(data))
+        else:  # a process that does not run this kind (the dashboard): any storable JSON
+            payload = jsonvalue.dumps(data)
         return (
             await self._db.fetchrow("update_payload", job_id, tenant, any_tenant, payload)
             is not None
@@ -167,11 +170,19 @@ class Operations:
         return row is not None
 
     async def read_logs(
-        self, job_id: int, *, offset: int, limit: int, tenant: str | None, any_tenant: bool
+        self,
+        job_id: int,
+        *,
+        offset: int,
+        limit: int,
+        newest_first: bool = False,
+        tenant: str | None,
+        any_tenant: bool,
     ) -> LogPage:
         validation.integer("offset", offset, 0, 2**31 - 1)
         validation.integer("limit", limit, 1, 10_000)
-        rows = await self._db.fetch("read_logs", job_id, tenant, any_tenant, offset, limit)
+        query = "read_logs_newest_first" if newest_first else "read_logs"
+        rows = await self._db.fetch(query, job_id, tenant, any_tenant, offset, limit)
         lines = [LogLine(row["line"], row["created_at"]) for row in rows]
         return LogPage(lines, rows[0]["total"] if rows else 0)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -11,6 +10,7 @@ from pgjobs import events, validation
 from pgjobs.config import notify_channel
 from pgjobs.errors import InvalidOption
 from pgjobs.executor import Database
+from pgjobs.models import QueueDescription
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,16 @@ class QueueSettings:
     window_count: int = 0
     """Jobs the rate limit admitted in the current window: once it reaches ``rate_limit``,
     the queue hands out nothing more until the window ends."""
+    worker_window_end: datetime | None = None
+    """When the window shared by the workers with a rate limit of their own (``Worker``'s
+    ``rate_limit``) ends; None before any such worker claimed here. Not a setting: no limit is
+    stored, each worker's goes with its claims."""
+    worker_window_count: int = 0
+    """Jobs those workers started in that window (meaningful until ``worker_window_end``)."""
+
+
+DIALECTS = frozenset({None, "bullmq"})
+"""The words a queue is shown in: None, the engine's; ``"bullmq"``, BullMQ's."""
 
 
 def _cap(option: str, value: Any) -> int | None:
@@ -86,17 +96,8 @@ class QueueControl:
         if max_jobs is None:
             await self._set(queue, ["rate"])
             return
-        validation.integer("max_jobs", max_jobs, 1, 1_000_000_000)
-        if (
-            isinstance(per_seconds, bool)
-            or not isinstance(per_seconds, int | float)
-            or not math.isfinite(per_seconds)
-            or not 0 < per_seconds <= 366 * 86400
-        ):
-            raise InvalidOption(
-                "per_seconds", f"must be a number of seconds in (0, 1 year], got {per_seconds!r}"
-            )
-        await self._set(queue, ["rate"], rate_limit=max_jobs, rate_period=float(per_seconds))
+        max_jobs, period = validation.rate_limit(max_jobs, per_seconds)
+        await self._set(queue, ["rate"], rate_limit=max_jobs, rate_period=period)
 
     async def set_max_stalls(self, queue: str, limit: int | None) -> None:
         stalls = None if limit is None else validation.integer("max_stalls", limit, 0, 1_000_000)
@@ -127,4 +128,24 @@ class QueueControl:
             max_stalls=row["max_stalls"],
             window_start=row["window_start"],
             window_count=row["window_count"],
+            worker_window_end=row["worker_window_end"],
+            worker_window_count=row["worker_window_count"],
         )
+
+    async def describe(self, queue: str, label: str | None, dialect: str | None) -> None:
+        """Record ``queue``'s label and dialect; nothing is written when they are already so
+        (a producer or worker describes its queue each time it starts)."""
+        queue = validation.queue(queue)
+        if dialect not in DIALECTS:
+            raise InvalidOption(
+                "dialect", f"must be one of {sorted(DIALECTS, key=str)}, got {dialect!r}"
+            )
+        if label is not None and not isinstance(label, str):
+            raise InvalidOption("label", f"must be a string or None, got {label!r}")
+        row = await self._db.fetchrow("queue_description", queue)
+        if row is None or (row["label"], row["dialect"]) != (label, dialect):
+            await self._db.execute("describe_queue", queue, label, dialect)
+
+    async def descriptions(self) -> list[QueueDescription]:
+        rows = await self._db.fetch("queue_descriptions")
+        return [QueueDescription(r["queue"], r["label"], r["dialect"]) for r in rows]

@@ -3,6 +3,9 @@ graph, per-queue stats and metrics. One query per call; everything derived in SQ
 
 from __future__ import annotations
 
+import heapq
+import itertools
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -29,7 +32,7 @@ from pgjobs.sql import filters
 
 Granularity = Literal["minute", "hour", "day"]
 """The bucket size of ``JobQueue.queue_metrics``."""
-JobOrder = Literal["created", "claim", "due", "started", "finished"]
+JobOrder = Literal["created", "claim", "due", "started", "finished", "recent"]
 """How ``JobQueue.list_jobs`` orders its page: by creation, in claim order, by due time, by
 start or by finish; every order ends on the id, so a page is stable."""
 ORDERS: dict[str, tuple[str, str]] = {
@@ -38,7 +41,12 @@ ORDERS: dict[str, tuple[str, str]] = {
     "claim": ("j.priority DESC, j.run_at, j.id", "j.priority, j.run_at DESC, j.id DESC"),
     "due": ("j.run_at, j.id", "j.run_at DESC, j.id DESC"),
     "started": ("j.started_at NULLS LAST, j.id", "j.started_at DESC NULLS LAST, j.id DESC"),
-    "finished": ("j.finished_at NULLS LAST, j.id", "j.finished_at DESC NULLS LAST, j.id DESC"),
+    # for finished jobs (a job not yet finished sorts after them first to last, before them
+    # last to first), in the order of the index of finished jobs, read either way
+    "finished": ("j.finished_at, j.id", "j.finished_at DESC, j.id DESC"),
+    # the jobs in flight newest first, then the finished ones by finish time, newest first
+    # (list_jobs composes it; newest first only)
+    "recent": ("", ""),
 }
 MAX_PAGE = 1000
 MAX_BUCKETS = 50_000
@@ -91,6 +99,36 @@ def _summary(row: asyncpg.Record) -> FlowSummary:
     )
 
 
+MERGED_ROWS = 20_000
+"""A page of several finished sub-states by finish time ending within this many rows is read
+one sub-state at a time and merged (list_jobs); a deeper one by one query."""
+_FINISHED = (SubState.COMPLETED, SubState.FAILED, SubState.CANCELLED)
+_IN_FLIGHT = tuple(s for s in SubState if s not in _FINISHED)
+
+
+def _finished_states(sub_state: Any) -> tuple[SubState, ...]:
+    """The sub-states of a filter's ``sub_state`` when all are finished ones; () otherwise."""
+    if not isinstance(sub_state, tuple):
+        return ()
+    try:
+        states = tuple(dict.fromkeys(SubState(s) for s in sub_state))
+    except ValueError:
+        return ()
+    return states if all(s in _FINISHED for s in states) else ()
+
+
+def _states(sub_state: Any) -> tuple[Any, ...]:
+    """A filter's ``sub_state`` as a tuple (None: no sub-state named)."""
+    if sub_state is None:
+        return ()
+    return tuple(sub_state) if isinstance(sub_state, tuple | list) else (sub_state,)
+
+
+def _finish_key(row: JobRow) -> tuple[datetime, int]:
+    assert row.finished_at is not None  # a finished sub-state's rows
+    return (row.finished_at, row.id)
+
+
 def _page(limit: int, offset: int) -> tuple[int, int]:
     return (
         validation.integer("limit", limit, 1, MAX_PAGE),
@@ -111,6 +149,19 @@ class Tracking:
             counts[SubState(row["sub_state"])] += int(row["n"])
         return counts
 
+    async def queue_counts(self, queue: str) -> dict[SubState, int]:
+        """How many jobs of ``queue`` are in each sub-state: in time proportional to its jobs
+        in flight (finished ones are counted as they finish), exact."""
+        counts = _zero_counts()
+        for row in await self._db.fetch("queue_counts", queue):
+            counts[SubState(row["sub_state"])] += int(row["n"])
+        return counts
+
+    async def fold_finished_counts(self) -> int:
+        """Fold the finished counts into one row per queue and status (what workers do every
+        FOLD_SECONDS); how many rows were folded (0 when another session is folding)."""
+        return int(await self._db.fetchval("fold_finished_counts"))
+
     async def list_jobs(
         self,
         where: JobFilter,
@@ -123,12 +174,59 @@ class Tracking:
         """A page of jobs matching ``where``: by ``order``, newest (or last) first unless
         ``oldest_first``. Orders: ``created`` (insertion), ``claim`` (the order workers take
         them: priority, due time, id; ``oldest_first`` is the next to run first), ``due`` (run
-        time), ``started``, ``finished``."""
+        time), ``started``, ``finished``, ``recent`` (in flight newest first, then finished
+        newest first: a queue's latest jobs without reading its history, see ``_recent``)."""
         limit, offset = _page(limit, offset)
         if order not in ORDERS:
             raise InvalidOption("order", f"must be one of {sorted(ORDERS)}, got {order!r}")
-        sql, params = filters.where(where, 3, "j", self._db.schema)
+        if order == "recent":
+            return await self._recent(where, offset, limit, oldest_first)
         ordering = ORDERS[order][0 if oldest_first else 1]
+        states = _finished_states(where.sub_state)
+        if order == "finished" and len(states) > 1 and offset + limit <= MERGED_ROWS:
+            # Several finished sub-states by finish time: each read in order from the index of
+            # finished jobs and merged here, rather than all of them gathered and sorted.
+            parts = [await self._fetch(replace(where, sub_state=s), 0, offset + limit, ordering)
+                     for s in states]  # fmt: skip
+            merged = heapq.merge(*parts, key=_finish_key, reverse=not oldest_first)
+            return list(itertools.islice(merged, offset, offset + limit))
+        return await self._fetch(where, offset, limit, ordering)
+
+    async def _recent(
+        self, where: JobFilter, offset: int, limit: int, oldest_first: bool
+    ) -> list[JobRow]:
+        """Order ``recent``: what a queue holds now, newest first (its jobs in flight by id,
+        read from the partial indexes that hold them), then its history by finish time (read
+        from the index of finished jobs): time proportional to the jobs in flight and the
+        page, not to the history, where ``created`` walks every newer job of every queue."""
+        if oldest_first:
+            raise InvalidOption("oldest_first", "order 'recent' lists newest first only")
+        if where.sub_state is not None or where.status is not None:
+            raise InvalidOption("order", "'recent' lists every state: no status or sub_state")
+        live = await self._fetch(replace(where, sub_state=_IN_FLIGHT), offset, limit, "j.id DESC")
+        if len(live) == limit:
+            return live
+        if live or offset == 0:
+            in_flight = offset + len(live)
+        else:  # the page starts past the jobs in flight: how many there are
+            counts = await self.substate_counts(replace(where, sub_state=_IN_FLIGHT))
+            in_flight = sum(counts.values())
+        history = await self.list_jobs(
+            replace(where, sub_state=tuple(_FINISHED)), limit=limit - len(live),
+            offset=max(offset - in_flight, 0), order="finished",
+        )  # fmt: skip
+        return live + history
+
+    async def _fetch(
+        self, where: JobFilter, offset: int, limit: int, ordering: str
+    ) -> list[JobRow]:
+        if where.history_since is not None and _finished_states(_states(where.sub_state)):
+            # finished jobs only: the bound as a range the index of finished jobs stops at
+            since = where.history_since
+            if where.finished_after is not None:
+                since = max(since, where.finished_after)
+            where = replace(where, history_since=None, finished_after=since)
+        sql, params = filters.where(where, 3, "j", self._db.schema)
         rows = await self._db.fetch(
             "list_jobs", offset, limit, *params, parts={"where": sql, "order": ordering}
         )
@@ -200,6 +298,8 @@ class Tracking:
                     group_concurrency=row["group_concurrency"],
                     rate_limit=row["rate_limit"],
                     rate_period=row["rate_period"],
+                    label=row["label"],
+                    dialect=row["dialect"],
                 )
             )
         return stats

@@ -171,3 +171,25 @@ def durability(value: Any, option: str = "durability") -> Durability:
 def commit_setting(level: Durability) -> str | None:
     """The synchronous_commit a statement sets for its transaction: None keeps the server's."""
     return "off" if level is Durability.ASYNC else None
+
+
+MAX_RATE_LIMIT = 1_000_000_000
+MAX_RATE_PERIOD_SECONDS = 366 * 86400
+
+
+def rate_limit(
+    max_jobs: Any, per_seconds: Any, options: tuple[str, str] = ("max_jobs", "per_seconds")
+) -> tuple[int, float]:
+    """A rate limit of ``max_jobs`` starts per ``per_seconds``; ``options`` name the two in
+    errors."""
+    integer(options[0], max_jobs, 1, MAX_RATE_LIMIT)
+    if (
+        isinstance(per_seconds, bool)
+        or not isinstance(per_seconds, int | float)
+        or not math.isfinite(per_seconds)
+        or not 0 < per_seconds <= MAX_RATE_PERIOD_SECONDS
+    ):
+        raise InvalidOption(
+            options[1], f"must be a number of seconds in (0, 1 year], got {per_seconds!r}"
+        )
+    return max_jobs, float(per_seconds)

@@ -27,6 +27,7 @@ from pgjobs.errors import InvalidOption, PendingPrerequisites, PoolClosed
 from pgjobs.executor import TRANSIENT_ERRORS, Database
 from pgjobs.kinds import Kind, Registry
 from pgjobs.lease import LeaseKeeper
+from pgjobs.maintenance import SweepInput, sweep_metrics
 from pgjobs.models import ClaimedRow, Durability
 from pgjobs.notifier import Notifier
 from pgjobs.outcomes import Outcome, decide
@@ -49,6 +50,12 @@ notifications reach the worker (none do behind a transaction-mode pooler), which
 need. Queue notifications cannot show it: they come only to a worker already waiting."""
 QUEUE_GAUGE_SECONDS = 15.0
 """With telemetry, how often a worker refreshes its queues' depth and lag gauges."""
+FOLD_SECONDS = 10.0
+"""How often a worker folds the finished counts (one worker at a time: fold_finished_counts),
+so that reading a count sums one row per queue and status plus at most this long's changes."""
+SWEEP_SECONDS = 60.0
+"""How often a worker sweeps finished jobs into the metrics rollup (one at a time), so that
+charts read the rollup plus at most this long's live rows, with no maintenance job set up."""
 DEFAULT_SHUTDOWN_SECONDS = 30.0
 
 
@@ -85,6 +92,8 @@ class WorkerOptions(TypedDict, total=False):
     deadline: float | None
     on_error: ErrorListener | None
     on_renewed: RenewalListener | None
+    rate_limit: int | None
+    rate_period: float | None
 
 
 """Called with the jobs a rescue of this worker put back or failed: id, status (``pending``
@@ -139,6 +148,15 @@ class Worker:
     ``on_renewed(contexts)`` hears of every heartbeat that renewed leases, with the jobs it
     renewed (running or claimed ahead).
 
+    ``rate_limit`` starts per ``rate_period`` seconds (both or neither): a limit of this
+    worker's own, passed with each of its claims and never written onto its queues, so it ends
+    with the worker. All workers of a queue that have one share one fleet-wide window per queue
+    (BullMQ's limiter key): each starts jobs only while the window's count is under its own
+    ``rate_limit``, and the claim that opens a window gives it its own ``rate_period``. Workers
+    without one neither count in that window nor wait for it; a queue's ``set_rate_limit``
+    holds every worker, these included. Such a worker claims nothing ahead and is never handed
+    a job as it is enqueued.
+
     ``heartbeat_interval`` (default a third of the lease) may be at or past the lease: then
     no lease is renewed in time, and a job that runs longer than its lease lapses as above
     (its handler cancelled, the event ``lost``, the job left to the stalled-job rescue), as
@@ -167,6 +185,8 @@ class Worker:
         deadline: float | None = None,
         on_error: ErrorListener | None = None,
         on_renewed: RenewalListener | None = None,
+        rate_limit: int | None = None,
+        rate_period: float | None = None,
     ) -> None:
         handled = [kind for kind in registry if kind.handler is not None]
         if not handled:
@@ -202,6 +222,13 @@ class Worker:
             raise InvalidOption("name", f"must be a non-empty string, got {name!r}")
         if not poll_interval > 0:
             raise InvalidOption("poll_interval", f"must be > 0 seconds, got {poll_interval!r}")
+        own_limit = None
+        if rate_limit is not None or rate_period is not None:
+            own_limit = validation.rate_limit(
+                rate_limit, rate_period, ("rate_limit", "rate_period")
+            )
+        self.rate_limit = own_limit
+        """This worker's own rate limit, (max starts, per seconds), or None."""
         deadline = db.timeouts.loop if deadline is None else deadline
         if isinstance(deadline, bool) or not isinstance(deadline, int | float) or not deadline > 0:
             raise InvalidOption("deadline", f"must be > 0 seconds, got {deadline!r}")
@@ -231,6 +258,7 @@ class Worker:
             poll_interval=float(poll_interval),
             worker_id=worker_uuid,
             outage=self._outage,
+            rate_limit=own_limit,
         )
         self._leases = LeaseKeeper(
             db,
@@ -328,6 +356,7 @@ class Worker:
             with contextlib.suppress(*TRANSIENT_ERRORS):
                 await self._db.fetch("notify_queues", [LISTEN_PROBE], self._claimer.handoff_channel)
         self._leases.start()
+        upkeep = asyncio.create_task(self._upkeep(), name="pgjobs-upkeep")
         with contextlib.suppress(*TRANSIENT_ERRORS):
             await self._report_presence()
         try:
@@ -337,6 +366,9 @@ class Worker:
                 self._abandoning = True
                 self._hurry.set()
         finally:
+            upkeep.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await upkeep
             if not self._db.closed:
                 await self.give_back_unstarted()
             await self._drain_running()
@@ -353,6 +385,25 @@ class Worker:
             f"worker {self.name!r}",
             "it stopped, and the jobs it was running come back when their lease ends",
         )
+
+    async def _upkeep(self) -> None:
+        """Upkeep the fleet shares, done by whichever worker gets to it (each step takes a lock
+        and is skipped while another session holds it): fold the finished counts every
+        FOLD_SECONDS and sweep the metrics rollup every SWEEP_SECONDS, so that counts and
+        charts stay fast with nothing but workers running. A failure is logged and retried
+        at the next turn; it never stops the worker."""
+        sweep_due = 0.0
+        while True:
+            try:
+                await self._db.fetchval("fold_finished_counts")
+                if time.monotonic() >= sweep_due:
+                    sweep_due = time.monotonic() + SWEEP_SECONDS
+                    await sweep_metrics(self._db, SweepInput())
+            except TRANSIENT_ERRORS as exc:
+                logger.warning("upkeep (finished counts, metrics) failed: %s; retrying", exc)
+            except Exception:
+                logger.exception("upkeep (finished counts, metrics) failed")
+            await asyncio.sleep(FOLD_SECONDS)
 
     async def _report_presence(self) -> None:
         if self._telemetry is not None:

@@ -37,8 +37,11 @@ async def insert_job(
         "max_attempts": max(attempts, 1),
         **columns,
     }
-    sql_values = ["'{}'::jsonb", "'{}'::jsonb"]
-    extra = ["payload", "backoff"]
+    sql_values = ["'{}'::jsonb"]  # backoff; payload too unless given (as JSON text)
+    extra = ["backoff"]
+    if "payload" not in fields:
+        sql_values.append("'{}'::jsonb")
+        extra.append("payload")
     if run_at is not None:
         fields["run_at"] = run_at
     if created_at is not None:
@@ -54,7 +57,12 @@ async def insert_job(
     args = list(fields.values()) + (
         [finished_at] if finished_at and status in ("completed", "dead", "cancelled") else []
     )
+    insert = f"INSERT INTO {schema}.jobs ({', '.join(names)}) VALUES ({', '.join(placeholders)})"
+    # A finished row counts itself, as the engine's inserts of finished jobs (import_jobs) do.
     return await conn.fetchval(
-        f"INSERT INTO {schema}.jobs ({', '.join(names)}) VALUES ({', '.join(placeholders)}) RETURNING id",
+        f"WITH ins AS ({insert} RETURNING id, queue, status, finished_at),"
+        f" counted AS (INSERT INTO {schema}.finished_counts (queue, status, n)"
+        "  SELECT queue, status, 1 FROM ins WHERE finished_at IS NOT NULL)"
+        " SELECT id FROM ins",
         *args,
     )

@@ -39,6 +39,7 @@ _CHECK = textwrap.dedent(
     assert importlib.util.find_spec("redis") is None, "the engine pulled in a Redis client"
     files = importlib.resources.files("pgjobs")
     assert files.joinpath("sql/migrations/0001_baseline.sql").is_file()
+    assert files.joinpath("sql/migrations/0003_worker_limiter.sql").is_file()
     assert files.joinpath("sql/schema/claim_jobs.sql").is_file()
     assert files.joinpath("dashboard/templates/base.html").is_file()
     assert files.joinpath("dashboard/static/live.js").is_file()
@@ -114,7 +115,7 @@ def test_the_built_wheel_installs_migrates_and_runs_the_demos(tmp_path: Path, pg
         out = _run(
             [venv / "bin" / "pgjobs", "migrate", "--dsn", pg_dsn, "--schema", schema], work, env
         )
-        assert f"applied migrations [1] to {schema}" in out
+        assert f"applied migrations [1, 2, 3] to {schema}" in out
         (work / "check.py").write_text(_CHECK, encoding="utf-8")
         assert "installed package checked" in _run([python, "check.py", schema], work, env)
         for example in ("quickstart.py", "tsundoku_port.py"):

@@ -11,6 +11,7 @@ shared by tenants.
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import json
 import secrets
@@ -27,15 +28,18 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from pgjobs.client import JobQueue
-from pgjobs.dashboard import graph
+from pgjobs.dashboard import graph, job_page, views
 from pgjobs.dashboard.pages import ENVIRONMENT, queue_of, queue_path
+from pgjobs.dashboard.views import QueueName, QueueNames
 from pgjobs.errors import InvalidOption, PgJobsError
 from pgjobs.models import FlowFilter, JobFilter, SubState
 
 TenantResolver = Callable[[Request], "str | Awaitable[str | None] | None"]
 PAGE = 50
-REFRESH_CHOICES = ("5", "30")
-"""Auto-refresh periods (seconds) a page may be asked for with ?refresh=N."""
+REFRESH_CHOICES = ("0", "5", "30")
+"""Live update periods (seconds) a page may be asked for with ?refresh=N (0: off)."""
+DEFAULT_REFRESH = 5
+"""A page updates itself every 5 s unless asked otherwise (bull-board polls every 5 s too)."""
 MAX_PAGE = 100_000
 """Beyond this page a listing answers 400 (an offset PostgreSQL would scan for nothing)."""
 CSRF_COOKIE = "pgjobs_csrf"
@@ -65,11 +69,16 @@ BULK_ACTIONS: dict[str, frozenset[SubState]] = {
     "retry": FINISHED,
     "cancel": frozenset(SubState) - FINISHED,
     "remove": frozenset(SubState) - {SubState.ACTIVE},
+    "promote": frozenset({SubState.DELAYED, SubState.RETRY}),
 }
 """The actions on a selection or a filter, and the sub-states each applies to: a retry
 re-drives finished jobs, a cancel ends pending and running ones, a remove deletes all but the
-running (left alone, as purge does)."""
+running (left alone, as purge does), a promote makes delayed jobs (and retries waiting for
+their backoff) due now."""
 MAX_SELECTION = 1000
+PAYLOAD_SCAN = 20_000
+"""A payload filter (not indexed) reads every job in flight and, of a queue's history, the
+newest this many finished jobs of each finished state at most; the page says so."""
 EDGE_COLOURS = {
     "block": "#888",
     "cascade": "#d05050",
@@ -158,10 +167,32 @@ def _bars(
     )
 
 
-def _refresh_query(request: Request, period: int | None) -> str:
-    """This page's query with another auto-refresh period (None: off); banners dropped."""
+def _sub_states(where: JobFilter) -> list[SubState]:
+    """The sub-states a filter names (its ``sub_state``, one or several)."""
+    value = where.sub_state
+    values = value if isinstance(value, tuple | list) else [value]
+    return [SubState(v) for v in values if v is not None]
+
+
+def _pages(page: int, total: int | None) -> list[int | None]:
+    """The page numbers (0-based) to link for ``total`` jobs: the first, the last and those
+    near ``page``, None standing for a gap; none when the total is unknown or one page."""
+    if total is None or total <= PAGE:
+        return []
+    last = (total - 1) // PAGE
+    shown = sorted({0, last, *range(max(page - 2, 0), min(page + 2, last) + 1)})
+    pages: list[int | None] = []
+    for number in shown:
+        if pages and number - (pages[-1] or 0) > 1:
+            pages.append(None)
+        pages.append(number)
+    return pages
+
+
+def _refresh_query(request: Request, period: int) -> str:
+    """This page's query with another live update period (0: off); banners dropped."""
     kept = {k: v for k, v in request.query_params.items() if k not in ("refresh", "message", "sig")}
-    if period:
+    if period != DEFAULT_REFRESH:
         kept["refresh"] = str(period)
     return urlencode(kept)
 
@@ -214,7 +245,9 @@ class Dashboard:
     ) -> Response:
         token = request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(32)
         refresh = request.query_params.get("refresh")
-        context.setdefault("refresh", int(refresh) if refresh in REFRESH_CHOICES else None)
+        context.setdefault("now", datetime.now(UTC))
+        period = int(refresh) if refresh in REFRESH_CHOICES else DEFAULT_REFRESH
+        context.setdefault("refresh", period or None)
         html = ENVIRONMENT.get_template(name + ".html").render(
             root=self.root,
             read_only=self.read_only,
@@ -246,9 +279,13 @@ class Dashboard:
     def _signature(self, message: str) -> str:
         return hmac.new(self._message_key, message.encode(), "sha256").hexdigest()[:32]
 
-    def back(self, request: Request, path: str, message: str) -> Response:
-        """Redirect after an action, with a status banner only this app can have written."""
-        query = urlencode({"message": message, "sig": self._signature(message)})
+    def back(
+        self, request: Request, path: str, message: str, keep: dict[str, Any] | None = None
+    ) -> Response:
+        """Redirect after an action, with a status banner only this app can have written;
+        ``keep``: query parameters the page had (its filter), kept."""
+        kept = {k: v for k, v in (keep or {}).items() if v not in (None, "")}
+        query = urlencode({**kept, "message": message, "sig": self._signature(message)})
         return RedirectResponse(f"{self.root}{path}?{query}", 303)
 
     def message_of(self, request: Request) -> str | None:
@@ -274,9 +311,39 @@ class Dashboard:
 
     # -- pages ------------------------------------------------------------------------------
 
+    async def names(self) -> QueueNames:
+        """The queues' names as their applications give them (views.QueueNames)."""
+        return QueueNames(await self.jobs.queue_descriptions())
+
+    async def named_queue(self, request: Request) -> QueueName:
+        """The queue the request's ``{queue}`` segment names: an engine name or a label."""
+        return (await self.names()).resolve(queue_of(request.path_params["queue"]))
+
+    async def unprioritized(self, queue: str, tenant: str | None) -> int:
+        """How many ready jobs of BullMQ queue ``queue`` have no priority (BullMQ's waiting)."""
+        where = JobFilter(queue=queue, tenant=tenant, status="pending",
+                          priority=views.BULLMQ_NO_PRIORITY)  # fmt: skip
+        return (await self.jobs.substate_counts(where))[SubState.READY]
+
+    async def history_window(self, queue: str, counts: dict[SubState, int]) -> datetime | None:
+        """Since when a payload filter reads ``queue``'s history: the finish time of the
+        PAYLOAD_SCAN-th newest job of each finished state that has more, the latest of them;
+        None when none has more (the whole history is read)."""
+        since: list[datetime] = []
+        for state in views.FINISHED_STATES:
+            if counts[state] > PAYLOAD_SCAN:
+                rows = await self.jobs.list_jobs(
+                    JobFilter(queue=queue, sub_state=state), limit=1,
+                    offset=PAYLOAD_SCAN - 1, order="finished",
+                )  # fmt: skip
+                since += [r.finished_at for r in rows if r.finished_at is not None]
+        return max(since, default=None)
+
     async def queues(self, request: Request) -> Response:
         tenant = await self.tenant(request)
-        rows = []
+        names = await self.names()
+        bullmq_rows: list[dict[str, Any]] = []
+        native_rows: list[dict[str, Any]] = []
         hour_ago = datetime.now(UTC) - timedelta(hours=1)
         for stats in await self.jobs.queue_stats():
             counts = stats.counts
@@ -290,13 +357,21 @@ class Dashboard:
             else:
                 buckets = await self.jobs.queue_metrics(stats.queue, "minute", hour_ago)
                 spark = _sparkline([b.completed + b.dead for b in buckets])
-            rows.append({
-                "name": stats.queue, "counts": {s.value: counts[s] for s in SubState},
+            name = names.of(stats.queue)
+            bullmq = name.dialect == views.BULLMQ
+            waiting = await self.unprioritized(stats.queue, tenant) if bullmq else 0
+            row = {
+                "name": name, "tabs": views.tab_counts(name.dialect, counts, waiting),
                 "paused": stats.paused, "concurrency": stats.concurrency,
                 "rate_limit": stats.rate_limit, "rate_period": stats.rate_period,
                 "sparkline": spark,
-            })  # fmt: skip
-        return await self.render(request, "queues", queues=rows, sub_states=SUB_STATES)
+            }  # fmt: skip
+            (bullmq_rows if bullmq else native_rows).append(row)
+        bullmq_rows.sort(key=lambda r: (r["name"].shown, r["name"].queue))
+        return await self.render(
+            request, "queues", bullmq_queues=bullmq_rows, native_queues=native_rows,
+            bullmq_tabs=views.BULLMQ_TABS[1:], engine_tabs=views.ENGINE_TABS[1:],
+        )  # fmt: skip
 
     @staticmethod
     def list_filters(values: Any) -> dict[str, Any]:
@@ -310,11 +385,20 @@ class Dashboard:
 
     @staticmethod
     def job_filter(
-        queue: str, tenant: str | None, filters: dict[str, Any], ids: tuple[int, ...] | None = None
+        queue: str,
+        tenant: str | None,
+        filters: dict[str, Any],
+        ids: tuple[int, ...] | None = None,
+        tab: views.Tab | None = None,
     ) -> JobFilter:
-        """The JobFilter of a queue's list: its filters, the payload one (``path = value``,
-        the value read as JSON when it is JSON, else as a string) parsed; 400 naming it."""
-        fields = {k: v for k, v in filters.items() if k != "payload"}
+        """The JobFilter of a queue's list: its state tab's jobs, its filters (a sub_state
+        filter in place of the tab's), the payload one (``path = value``, the value read as
+        JSON when it is JSON, else as a string) parsed; 400 naming it."""
+        fields = dict(tab.where) if tab is not None else {}
+        if filters.get("sub_state"):
+            fields = {k: v for k, v in fields.items() if k not in ("sub_state", "priority",
+                                                                  "max_priority")}  # fmt: skip
+        fields.update({k: v for k, v in filters.items() if k != "payload" and v is not None})
         payload = filters.get("payload")
         if payload:
             path, sep, text = payload.partition("=")
@@ -327,21 +411,60 @@ class Dashboard:
             fields["payload_equals"] = (path.strip(), value)
         return JobFilter(queue=queue, tenant=tenant, ids=ids, **fields)
 
+    @staticmethod
+    def tab_of(name: QueueName, values: Any) -> views.Tab:
+        """The state tab ``?state=`` asks for (the first, every job, by default); 400 names
+        the tabs of the queue's dialect."""
+        tabs = views.tabs_of(name.dialect)
+        key = values.get("state") or tabs[0].key
+        for tab in tabs:
+            if tab.key == key:
+                return tab
+        raise HTTPException(400, f"unknown state {key!r}: one of {', '.join(t.key for t in tabs)}")
+
     async def queue_jobs(self, request: Request) -> Response:
         tenant = await self.tenant(request)
-        queue = queue_of(request.path_params["queue"])
+        name = await self.named_queue(request)
+        queue = name.queue
         page = self.page_of(request)
+        tab = self.tab_of(name, request.query_params)
         filters = self.list_filters(request.query_params)
-        where = self.job_filter(queue, tenant, filters)
-        rows = await self.jobs.list_jobs(where, limit=PAGE + 1, offset=page * PAGE)
+        # "recent" (the latest tab) reads newest first only, and every state
+        order = "created" if tab.order == "recent" and filters["sub_state"] else tab.order
+        oldest = request.query_params.get("oldest") == "1" and order != "recent"
+        where = self.job_filter(queue, tenant, filters, tab=tab)
+        if tenant is None:  # kept as jobs finish: no count of the history
+            counts = await self.jobs.queue_counts(queue)
+        else:
+            counts = await self.jobs.substate_counts(JobFilter(queue=queue, tenant=tenant))
+        since = await self.history_window(queue, counts) if filters["payload"] else None
+        if since is not None:
+            where = dataclasses.replace(where, history_since=since)
+        rows = await self.jobs.list_jobs(
+            where, limit=PAGE + 1, offset=page * PAGE, order=order,
+            oldest_first=tab.oldest_first != oldest,
+        )  # fmt: skip
+        bullmq = name.dialect == views.BULLMQ
+        waiting = await self.unprioritized(queue, tenant) if bullmq else 0
+        tab_counts = views.tab_counts(name.dialect, counts, waiting)
+        filtered = any(filters.values())
+        total = None if filtered else tab_counts[tab.key]
+        settings = None if tenant is not None else await self.jobs.queue_settings(queue)
+        serving = [w for w in await self.jobs.list_workers() if queue in w.queues]
+        pending = sum(n for s, n in counts.items() if s not in FINISHED and s != SubState.ACTIVE)
 
-        def query(p: int) -> str:
-            return urlencode({**{k: v for k, v in filters.items() if v}, "page": p})
+        def query(**changes: Any) -> str:
+            values = {**{k: v for k, v in filters.items() if v}, "state": tab.key,
+                      "oldest": "1" if oldest else None, "page": page, **changes}  # fmt: skip
+            return urlencode({k: v for k, v in values.items() if v not in (None, "", 0)})
 
         return await self.render(
-            request, "jobs", queue=queue, jobs=rows[:PAGE], more=len(rows) > PAGE, page=page,
-            filters=filters, sub_states=SUB_STATES, query=query,
-            bullmq_states=BULLMQ_FILTERS, chosen=request.query_params.get("sub_state"),
+            request, "jobs", qname=name, queue=queue, jobs=rows[:PAGE], more=len(rows) > PAGE,
+            page=page, pages=_pages(page, total), total=total, filters=filters, tab=tab,
+            tabs=views.tabs_of(name.dialect), tab_counts=tab_counts, oldest=oldest,
+            bullmq=bullmq, settings=settings, serving=serving, pending=pending, order=order,
+            history_since=since, payload_scan=PAYLOAD_SCAN,
+            sub_states=SUB_STATES, query=query,
         )  # fmt: skip
 
     async def job(self, request: Request) -> Response:
@@ -350,8 +473,11 @@ class Dashboard:
         row = await self.jobs.get(job_id, **self.scope(tenant))
         if row is None:
             raise HTTPException(404, f"no job {job_id}")
-        logs = await self.jobs.read_logs(job_id, limit=500, **self.scope(tenant))
-        return await self.render(request, "job", job=row, logs=logs)
+        page = await job_page.context(
+            self.jobs, row, request.query_params, self.scope(tenant),
+            queue_name=(await self.names()).of(row.queue),
+        )  # fmt: skip
+        return await self.render(request, "job", **page)
 
     async def flows(self, request: Request) -> Response:
         tenant = await self.tenant(request)
@@ -360,8 +486,11 @@ class Dashboard:
         filters: dict[str, Any] = {k: q.get(k) or None for k in ("queue", "outcome", "name_prefix")}
         if filters["outcome"] and filters["outcome"] not in OUTCOMES:
             raise HTTPException(400, f"unknown outcome {filters['outcome']!r}")
+        where = dict(filters)
+        if where["queue"]:  # a BullMQ queue by its name (orders) or the engine's (bull:orders)
+            where["queue"] = (await self.names()).resolve(where["queue"]).queue
         rows = await self.jobs.list_flows(
-            FlowFilter(tenant=tenant, **filters), limit=PAGE + 1, offset=page * PAGE
+            FlowFilter(tenant=tenant, **where), limit=PAGE + 1, offset=page * PAGE
         )
 
         def query(p: int) -> str:
@@ -395,11 +524,15 @@ class Dashboard:
 
     async def workers(self, request: Request) -> Response:
         await self._fleet_wide(request)
-        return await self.render(request, "workers", workers=await self.jobs.list_workers())
+        return await self.render(
+            request, "workers", workers=await self.jobs.list_workers(), names=await self.names()
+        )
 
     async def schedules(self, request: Request) -> Response:
         await self._fleet_wide(request)
-        return await self.render(request, "schedules", schedules=await self.jobs.list_schedules())
+        schedules = await self.jobs.list_schedules()
+        names = await self.names()
+        return await self.render(request, "schedules", schedules=schedules, names=names)
 
     async def schedule_action(self, request: Request) -> Response:
         """Pause, resume or remove a schedule."""
@@ -443,6 +576,7 @@ class Dashboard:
         return await self.render(
             request, "flow", view=view, placed=placed, lines=lines, width=width, height=height,
             node_w=graph.NODE_W, node_h=graph.NODE_H, colours=graph.COLOURS,
+            names=await self.names(),
             requeueable=any(n for s, n in view.summary.counts.items()
                             if s in (SubState.FAILED, SubState.CANCELLED)),
         )  # fmt: skip
@@ -450,7 +584,8 @@ class Dashboard:
     async def metrics(self, request: Request) -> Response:
         tenant = await self.tenant(request)
         self.queue_wide(tenant)
-        queue = queue_of(request.path_params["queue"])
+        name = await self.named_queue(request)
+        queue = name.queue
         granularity = request.query_params.get("granularity", "minute")
         spans = {"minute": timedelta(hours=2), "hour": timedelta(days=2), "day": timedelta(days=60)}
         if granularity not in spans:
@@ -464,7 +599,7 @@ class Dashboard:
                                 ("cancelled", "cancelled"))
         ]  # fmt: skip
         return await self.render(
-            request, "metrics", queue=queue, charts=charts, colours=METRIC_COLOURS,
+            request, "metrics", qname=name, charts=charts, colours=METRIC_COLOURS,
             granularity=granularity,
         )  # fmt: skip
 
@@ -473,12 +608,19 @@ class Dashboard:
         self.queue_wide(tenant)
         if self.read_only:
             raise HTTPException(403, "this dashboard is read-only")
-        queue = queue_of(request.path_params["queue"])
+        name = await self.named_queue(request)
         sub_state = request.query_params.get("sub_state") or None
-        where = self._purge_filter(queue, sub_state)
+        older = request.query_params.get("older_than") or "0"
+        if not older.isdigit() or int(older) > 10 * 365 * 86400:
+            raise HTTPException(400, f"older_than must be seconds, 0 to 10 years, got {older!r}")
+        before = datetime.now(UTC) - timedelta(seconds=int(older)) if int(older) else None
+        where = self._purge_filter(name.queue, sub_state, before)
         counts = await self.jobs.substate_counts(where)
         count = sum(n for s, n in counts.items() if s is not SubState.ACTIVE)
-        return await self.render(request, "purge", queue=queue, sub_state=sub_state, count=count)
+        return await self.render(
+            request, "purge", refresh=None, qname=name, sub_state=sub_state, count=count,
+            before=before,
+        )  # fmt: skip
 
     # -- actions ------------------------------------------------------------------------------
 
@@ -490,7 +632,7 @@ class Dashboard:
         row = await self.jobs.get(job_id, **self.scope(tenant))
         if row is None:
             raise HTTPException(404, f"no job {job_id}")
-        return await self.render(request, "remove", job=row)
+        return await self.render(request, "remove", refresh=None, job=row)
 
     async def live_script(self, request: Request) -> Response:
         """The one script of the dashboard (served from here, so the CSP stays 'self')."""
@@ -550,44 +692,116 @@ class Dashboard:
         action = request.path_params["action"]
         scope = self.scope(tenant)
         if action == "retry":
-            done = await self.jobs.requeue(job_id, **scope)
+            row = await self.jobs.get(job_id, **scope)
+            bullmq = row is not None and row.kind == views.BULLMQ
+            # A BullMQ job retried as its job.retry() does: its attempts go on counting.
+            done = await self.jobs.requeue(
+                job_id, **scope, reset_attempts=not bullmq, clear_outcome=bullmq
+            )
         elif action == "cancel":
             done = await self.jobs.cancel(job_id, **scope)
         elif action == "promote":
             done = await self.jobs.promote(job_id, **scope)
+        elif action == "priority":
+            done = await self.set_priority(job_id, form.get("priority", ""), scope)
+        elif action == "data":
+            done = await self.set_data(job_id, form.get("data", ""), scope)
         elif action == "remove":
-            if await self.jobs.get(job_id, **scope) is None:
+            row = await self.jobs.get(job_id, **scope)
+            if row is None:
                 raise HTTPException(404, f"no job {job_id}")
             if form.get("confirmed") != "1":  # only from the confirmation page
                 return RedirectResponse(f"{self.root}/jobs/{job_id}/remove", 303)
             result = await self.jobs.purge(JobFilter(ids=(job_id,), tenant=tenant))
-            if result.deleted:
-                return self.back(request, "/", f"job {job_id} removed")
+            if result.deleted:  # back to its queue
+                queue = (await self.names()).of(row.queue)
+                return self.back(
+                    request, f"/queues/{queue_path(queue.segment)}", f"job {job_id} removed"
+                )
             done = False
         else:
             raise HTTPException(404, f"no action {action!r}")
         message = f"{action}: job {job_id}" + ("" if done else " (nothing to do in its state)")
         return self.back(request, f"/jobs/{job_id}", message)
 
+    async def set_limits(self, name: QueueName, form: Any) -> str:
+        """Set or clear the queue's limits for every worker from the form: a rate limit
+        (``rate_max`` starts per ``rate_seconds``) and a concurrency cap; ``clear`` names the
+        one to clear. The message to show; 400 naming a bad value."""
+        clear = form.get("clear")
+        try:
+            if clear == "rate":
+                await self.jobs.set_rate_limit(name.queue, None)
+                return f"queue {name.shown}: rate limit cleared"
+            if clear == "concurrency":
+                await self.jobs.set_concurrency(name.queue, None)
+                return f"queue {name.shown}: concurrency cap cleared"
+            done = []
+            if form.get("rate_max"):
+                rate_max, seconds = int(form["rate_max"]), float(form.get("rate_seconds") or 1)
+                await self.jobs.set_rate_limit(name.queue, rate_max, seconds)
+                done.append(f"at most {rate_max} starts per {seconds:g} s")
+            if form.get("concurrency"):
+                await self.jobs.set_concurrency(name.queue, int(form["concurrency"]))
+                done.append(f"at most {int(form['concurrency'])} running")
+        except ValueError as exc:
+            raise HTTPException(400, f"limits must be numbers: {exc}") from None
+        except InvalidOption as exc:
+            raise HTTPException(400, str(exc)) from None
+        return f"queue {name.shown}: " + (", ".join(done) or "nothing to set")
+
+    async def set_priority(self, job_id: int, text: str, scope: dict[str, Any]) -> bool:
+        """A job's new priority, as the form gives it: BullMQ's (0 none, higher later) for a
+        BullMQ job, the engine's (higher first) for a native one; 400 naming it when bad."""
+        row = await self.jobs.get(job_id, **scope)
+        if row is None:
+            raise HTTPException(404, f"no job {job_id}")
+        try:
+            value = int(text)
+        except ValueError:
+            raise HTTPException(400, f"priority must be a whole number, got {text!r}") from None
+        if row.kind == views.BULLMQ:
+            if not 0 <= value <= 2_097_152:  # BullMQ's bounds
+                raise HTTPException(400, f"priority must be 0 to 2097152, got {value}")
+            value = views.engine_priority(value)
+        try:
+            return await self.jobs.change_priority(job_id, value, **scope)
+        except InvalidOption as exc:
+            raise HTTPException(400, str(exc)) from None
+
+    async def set_data(self, job_id: int, text: str, scope: dict[str, Any]) -> bool:
+        """A job's new input (its BullMQ data), as JSON; 400 naming what is wrong with it."""
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise HTTPException(400, f"data must be JSON: {exc}") from None
+        try:
+            return await self.jobs.update_payload(job_id, data, **scope)
+        except (PgJobsError, ValueError) as exc:  # InvalidJobInput, NotJson
+            raise HTTPException(400, f"data: {exc}") from None
+
     async def queue_action(self, request: Request) -> Response:
         await self.checked_form(request)
         self.queue_wide(await self.tenant(request))
-        queue = queue_of(request.path_params["queue"])
+        name = await self.named_queue(request)
+        queue = name.queue
         action = request.path_params["action"]
+        here = f"/queues/{queue_path(name.segment)}"
         if action == "pause":
             await self.jobs.pause(queue)
         elif action == "resume":
             await self.jobs.resume(queue)
+        elif action == "limits":  # BullMQ's setGlobalRateLimit / setGlobalConcurrency
+            return self.back(request, here, await self.set_limits(name, await request.form()))
         elif action == "retry-failed":  # bull-board's "Retry all": every dead job, due now
             ids = await self.jobs.requeue_dead(JobFilter(queue=queue))
             return self.back(
-                request,
-                f"/queues/{queue_path(queue)}",
-                f"queue {queue}: requeued {len(ids)} failed job(s)",
+                request, here, f"queue {name.shown}: requeued {len(ids)} failed job(s)"
             )
         else:
             raise HTTPException(404, f"no action {action!r}")
-        return self.back(request, "/", f"queue {queue}: {action}d")
+        back = here if (await request.form()).get("from") == "queue" else "/"
+        return self.back(request, back, f"queue {name.shown}: {action}d")
 
     async def bulk(self, request: Request) -> Response:
         """An action on the selected jobs of a queue's list, or on every job matching its
@@ -596,47 +810,82 @@ class Dashboard:
         form = await request.form()
         await self.checked_form(request)
         tenant = await self.tenant(request)
-        queue = queue_of(request.path_params["queue"])
+        name = await self.named_queue(request)
+        queue = name.queue
+        here = f"/queues/{queue_path(name.segment)}"
+        tab = self.tab_of(name, form)
         do = str(form.get("do") or "")
         if do not in BULK_ACTIONS:
-            raise HTTPException(400, f"unknown action {do!r}: retry, cancel or remove")
+            raise HTTPException(
+                400, f"unknown action {do!r}: one of {', '.join(BULK_ACTIONS)}"
+            )
         matching = form.get("matching") == "1"
         filters = self.list_filters(form) if matching else dict.fromkeys(LIST_FILTERS)
         ids: tuple[int, ...] | None = None
         if not matching:
             ids = tuple(self._int(str(v)) for v in form.getlist("id"))
             if not ids:
-                return self.back(request, f"/queues/{queue_path(queue)}", "no job selected")
+                return self.back(request, here, "no job selected", {"state": tab.key})
             if len(ids) > MAX_SELECTION:
                 raise HTTPException(400, f"at most {MAX_SELECTION} jobs may be selected")
-        where = self.job_filter(queue, tenant, filters, ids)
+        where = self.job_filter(queue, tenant, filters, ids, tab if matching else None)
         applies = BULK_ACTIONS[do]
         counts = await self.jobs.substate_counts(where)
         count = sum(n for state, n in counts.items() if state in applies)
         if form.get("confirmed") != "1":
             return await self.render(
-                request, "bulk", queue=queue, do=do, count=count, matching=matching,
-                ids=ids or (), filters=filters,
+                request, "bulk", refresh=None, qname=name, do=do, count=count, matching=matching,
+                ids=ids or (), filters=filters, tab=tab,
             )  # fmt: skip
         if do == "retry":
-            done = len(await self.jobs.requeue_finished(where))
+            bullmq = name.dialect == views.BULLMQ  # as each job's job.retry() does
+            done = len(await self.jobs.requeue_finished(
+                where, reset_attempts=not bullmq, clear_outcome=bullmq
+            ))  # fmt: skip
         elif do == "cancel":
             done = len(await self.jobs.cancel_matching(where))
+        elif do == "promote":
+            done = await self.promote_all(where, applies, tenant)
         else:
             done = (await self.jobs.purge(where)).deleted
         return self.back(
-            request,
-            f"/queues/{queue_path(queue)}",
-            f"{do}: {done} job(s) (confirmed {form.get('expected', '?')})",
-        )
+            request, here, f"{do}: {done} job(s) (confirmed {form.get('expected', '?')})",
+            {**(filters if matching else {}), "state": tab.key},
+        )  # fmt: skip
+
+    async def promote_all(
+        self, where: JobFilter, states: frozenset[SubState], tenant: str | None
+    ) -> int:
+        """Promote every job of ``where`` in ``states`` (delayed ones), a page of ids at a time,
+        each by the engine's promote (which skips a job no longer delayed); how many were."""
+        chosen = states if where.sub_state is None else states & set(_sub_states(where))
+        if not chosen:
+            return 0
+        view = dataclasses.replace(where, sub_state=tuple(sorted(chosen)))
+        promoted, after = 0, 0
+        while True:
+            page = dataclasses.replace(view, after_id=after)
+            rows = await self.jobs.list_jobs(page, limit=MAX_SELECTION, oldest_first=True)
+            for row in rows:
+                promoted += await self.jobs.promote(row.id, **self.scope(tenant))
+            if len(rows) < MAX_SELECTION:
+                return promoted
+            after = rows[-1].id
 
     async def purge(self, request: Request) -> Response:
         form = await self.checked_form(request)
         self.queue_wide(await self.tenant(request))
-        queue = queue_of(request.path_params["queue"])
-        result = await self.jobs.purge(self._purge_filter(queue, form.get("sub_state") or None))
+        name = await self.named_queue(request)
+        before = None
+        if form.get("finished_before"):
+            try:
+                before = datetime.fromisoformat(form["finished_before"])
+            except ValueError:
+                raise HTTPException(400, "finished_before must be an ISO 8601 time") from None
+        where = self._purge_filter(name.queue, form.get("sub_state") or None, before)
+        result = await self.jobs.purge(where)
         return self.back(
-            request, f"/queues/{queue_path(queue)}",
+            request, f"/queues/{queue_path(name.segment)}",
             f"purged {result.deleted} job(s) (confirmed {form.get('expected', '?')}); "
             f"{result.skipped_running} running left alone",
         )  # fmt: skip
@@ -660,10 +909,18 @@ class Dashboard:
         return int(value)
 
     @staticmethod
-    def _purge_filter(queue: str, sub_state: str | None) -> JobFilter:
+    def _purge_filter(
+        queue: str, sub_state: str | None, finished_before: datetime | None = None
+    ) -> JobFilter:
+        """A purge of ``queue``: of one sub-state, and of finished ones, only those finished
+        before a time (bull-board's clean by state and age); 400 naming what is wrong."""
         if sub_state is not None and sub_state not in SUB_STATES:
             raise HTTPException(400, f"unknown sub_state {sub_state!r}")
-        return JobFilter(queue=queue, sub_state=sub_state)
+        if finished_before is not None and sub_state not in {s.value for s in FINISHED}:
+            raise HTTPException(
+                400, "an age applies to finished jobs: sub_state completed, failed or cancelled"
+            )
+        return JobFilter(queue=queue, sub_state=sub_state, finished_before=finished_before)
 
 
 def create_app(

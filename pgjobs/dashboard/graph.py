@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from pgjobs.models import FlowEdge, FlowNode
 
-NODE_W, NODE_H, GAP_X, GAP_Y = 150, 26, 50, 10
-MAX_PER_COLUMN = 40
+NODE_W, NODE_H, GAP_X, GAP_Y = 170, 40, 50, 10
+MAX_PER_COLUMN = 36
 
 COLOURS = {
     "ready": "#6c9bd2",

@@ -140,6 +140,7 @@ DEFINITION_FILES = (
     "rescue_stalled_jobs.sql",
     "cancel_and_remove_jobs.sql",
     "job_events.sql",
+    "finished_counts.sql",
     "event_positions.sql",
 )
 """The files of schema/, in applying order (a SQL function is checked against the functions it

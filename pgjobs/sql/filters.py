@@ -104,6 +104,10 @@ _JOB_RULES: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "created_before": ("{a}.created_at < {p}::timestamptz", _time("created_before")),
     "finished_after": ("{a}.finished_at >= {p}::timestamptz", _time("finished_after")),
     "finished_before": ("{a}.finished_at < {p}::timestamptz", _time("finished_before")),
+    "history_since": (
+        "({a}.finished_at IS NULL OR {a}.finished_at >= {p}::timestamptz)",
+        _time("history_since"),
+    ),
     "priority": ("{a}.priority = {p}::int", validation.priority),
     "min_priority": ("{a}.priority >= {p}::int", validation.priority),
     "max_priority": ("{a}.priority <= {p}::int", validation.priority),
@@ -186,12 +190,18 @@ def where(
         clauses.sql.append(
             status_predicate(sorted({SUB_STATE_STATUS[s].value for s in states}), alias)
         )
-        clauses.add(
-            "{s}.sub_state({a}.status, {a}.pending_deps, {a}.waits, {a}.run_at, {a}.attempts)"
-            " = ANY({p}::text[])",
-            [s.value for s in states],
-        )
+        if not all(s in _ONE_STATUS for s in states):  # else the status says it all
+            clauses.add(
+                "{s}.sub_state({a}.status, {a}.pending_deps, {a}.waits, {a}.run_at, {a}.attempts)"
+                " = ANY({p}::text[])",
+                [s.value for s in states],
+            )
     return clauses.result()
+
+
+_ONE_STATUS = frozenset({SubState.ACTIVE, SubState.COMPLETED, SubState.FAILED, SubState.CANCELLED})
+"""Sub-states that are exactly one status (running, completed, dead, cancelled): a filter on
+them is its status predicate alone, which the planner estimates and the indexes serve."""
 
 
 def flow_where(f: FlowFilter, first_param: int, schema: str) -> tuple[str, list[Any]]:

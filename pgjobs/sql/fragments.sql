@@ -9,6 +9,16 @@
 (j.status = 'running' OR (j.status = 'pending' AND (j.pending_deps = 0 OR NOT j.waits))
  OR (j.status = 'pending' AND j.pending_deps > 0 AND j.waits))
 
+-- fragment: claimed_columns
+-- What a claim hands its worker of each claimed job `c` (claim, claim_rate_limited,
+-- claim_for_worker, withdraw_idle_worker): a deferred failure (rescue_stalled_jobs.sql) apart,
+-- and the last error without its traceback.
+c.id, c.queue, c.kind, c.name, c.payload, c.priority, c.run_at, c.attempts,
+c.max_attempts, c.deferrals, c.max_deferrals, c.backoff, c.lock_token, c.tenant,
+c.metadata, c.flow_id, c.progress, c.job_key, c.created_at, c.schedule, c.stalls,
+CASE WHEN c.last_error ? 'deferred' THEN c.last_error END AS deferred_failure,
+c.last_error - 'traceback' AS last_error
+
 -- fragment: inserted_columns
 -- What an INSERT INTO jobs returns for added_events.
 id, queue, name, job_key, tenant, pending_deps, run_at, priority, record_events

@@ -31,7 +31,12 @@ ins AS (
            output::jsonb, last_error::jsonb, progress::jsonb, retention::jsonb
     FROM src ORDER BY ord
     ON CONFLICT DO NOTHING
-    RETURNING {fragment:inserted_columns}
+    RETURNING {fragment:inserted_columns}, status
+),
+counted AS (  -- imported finished jobs count themselves (sql/schema/finished_counts.sql)
+    INSERT INTO {schema}.finished_counts (queue, status, n)
+    SELECT i.queue, i.status, count(*) FROM ins i WHERE i.status <> 'pending'
+    GROUP BY i.queue, i.status
 ),
 {fragment:added_events},
 notified AS (  -- in the caller's transaction: every reader (sql/schema/wake.sql)

@@ -111,3 +111,6 @@ VACUUM (ANALYZE) {schema}.dedup_holds;
 
 -- name: vacuum_queue_settings
 VACUUM (ANALYZE) {schema}.queue_settings;
+
+-- name: vacuum_worker_windows
+VACUUM (ANALYZE) {schema}.worker_windows;

@@ -147,6 +147,15 @@ WHERE l.job_id = $1 AND ($3::bool OR j.tenant IS NOT DISTINCT FROM $2::text)
 ORDER BY l.seq
 OFFSET $4 LIMIT $5;
 
+-- name: read_logs_newest_first
+-- Log lines of job $1 (tenant-scoped), newest first, paginated; with the total count. The
+-- primary key (job_id, seq) read backwards, so no sort of a chatty job's lines.
+SELECT l.line, l.created_at, count(*) OVER () AS total
+FROM {schema}.job_logs l JOIN {schema}.jobs j ON j.id = l.job_id
+WHERE l.job_id = $1 AND ($3::bool OR j.tenant IS NOT DISTINCT FROM $2::text)
+ORDER BY l.seq DESC
+OFFSET $4 LIMIT $5;
+
 -- name: purge_lock
 -- Lock the rows a purge will delete, in id order so that concurrent purges cannot deadlock on
 -- them. Running rows are included with the cancel policy ($1), and with the expired policy

@@ -101,44 +101,42 @@ FROM src;
 -- outcomes stay durable. A job whose failure a stall deferred comes with it
 -- (deferred_failure, rescue_stalled_jobs.sql). A job run before brings its last error without
 -- its traceback (last_error; NULL on a first run: a fresh job's claim costs one NULL more).
-SELECT c.id, c.queue, c.kind, c.name, c.payload, c.priority, c.run_at, c.attempts,
-       c.max_attempts, c.deferrals, c.max_deferrals, c.backoff, c.lock_token, c.tenant,
-       c.metadata, c.flow_id, c.progress, c.job_key, c.created_at, c.schedule, c.stalls,
-       CASE WHEN c.last_error ? 'deferred' THEN c.last_error END AS deferred_failure,
-       c.last_error - 'traceback' AS last_error
+SELECT {fragment:claimed_columns}
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
      LATERAL {schema}.claim_jobs($1::text[], $2::text[], $3::int, $4::float8, $5::int) AS c;
+
+-- name: claim_rate_limited
+-- As claim, for a claimer with a rate limit of its own: at most $6 starts per $7 seconds in
+-- the window its queues share among the claimers with a limit (sql/schema/claim_jobs.sql).
+SELECT {fragment:claimed_columns}
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
+     LATERAL {schema}.claim_jobs($1::text[], $2::text[], $3::int, $4::float8, $5::int,
+                                 $6::int, $7::float8) AS c;
 
 -- name: claim_for_worker
 -- A worker's claim: as claim, after withdrawing the worker's registration for hand-offs ($6,
 -- NULL when it has none; $7: the lock tokens of the hand-offs it has seen since it registered,
--- sql/schema/hand_offs.sql). The hand-offs it had not seen come first.
-SELECT c.id, c.queue, c.kind, c.name, c.payload, c.priority, c.run_at, c.attempts,
-       c.max_attempts, c.deferrals, c.max_deferrals, c.backoff, c.lock_token, c.tenant,
-       c.metadata, c.flow_id, c.progress, c.job_key, c.created_at, c.schedule, c.stalls,
-       CASE WHEN c.last_error ? 'deferred' THEN c.last_error END AS deferred_failure,
-       c.last_error - 'traceback' AS last_error
+-- sql/schema/hand_offs.sql). The hand-offs it had not seen come first. $8 starts per $9
+-- seconds: the worker's own rate limit (NULL: none).
+SELECT {fragment:claimed_columns}
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
      LATERAL {schema}.claim_for_worker($6::uuid, $7::uuid[], $1::text[], $2::text[], $3::int,
-                                       $4::float8, $5::int) AS c;
+                                       $4::float8, $5::int, $8::int, $9::float8) AS c;
 
 -- name: withdraw_idle_worker
 -- End worker $1's registration for hand-offs; the hand-offs it has not seen ($2: the lock
 -- tokens it has), to be given back.
-SELECT c.id, c.queue, c.kind, c.name, c.payload, c.priority, c.run_at, c.attempts,
-       c.max_attempts, c.deferrals, c.max_deferrals, c.backoff, c.lock_token, c.tenant,
-       c.metadata, c.flow_id, c.progress, c.job_key, c.created_at, c.schedule, c.stalls,
-       CASE WHEN c.last_error ? 'deferred' THEN c.last_error END AS deferred_failure,
-       c.last_error - 'traceback' AS last_error
+SELECT {fragment:claimed_columns}
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
      LATERAL {schema}.withdraw_idle_worker($1::uuid, $2::uuid[]) AS c;
 
 -- name: idle_state
 -- For a worker that claimed less than it asked: when to look again, and with $3 (a worker
--- id) its registration as waiting (sql/schema/wake.sql, idle_state).
+-- id) its registration as waiting (sql/schema/wake.sql, idle_state); $8: the worker's own
+-- rate limit (NULL: none).
 SELECT until_due, capped, busy, registered
 FROM {schema}.idle_state($1::text[], $2::text[], $3::uuid, $4::int, $5::float8, $6::float8,
-                         $7::text);
+                         $7::text, $8::int);
 
 -- name: finish
 -- Write outcomes fenced by lock token; resolve flow dependents; returns the ids written (an

@@ -34,9 +34,17 @@ ON CONFLICT (queue) DO UPDATE SET limited_until = excluded.limited_until, update
 RETURNING limited_until;
 
 -- name: queue_settings
-SELECT queue, paused, concurrency, group_concurrency, rate_limit, rate_period, limited_until,
-       window_start, window_count, max_stalls
-FROM {schema}.queue_settings WHERE queue = ANY($1::text[]) ORDER BY queue;
+-- The settings of queues $1 that have any, with the window their workers with a rate limit of
+-- their own share (worker_windows; a queue may have that window and no settings row).
+SELECT q.queue, coalesce(qs.paused, false) AS paused, qs.concurrency, qs.group_concurrency,
+       qs.rate_limit, qs.rate_period, qs.limited_until, qs.window_start,
+       coalesce(qs.window_count, 0) AS window_count, qs.max_stalls,
+       ww.window_end AS worker_window_end, coalesce(ww.window_count, 0) AS worker_window_count
+FROM unnest($1::text[]) AS q(queue)
+LEFT JOIN {schema}.queue_settings qs ON qs.queue = q.queue
+LEFT JOIN {schema}.worker_windows ww ON ww.queue = q.queue
+WHERE qs.queue IS NOT NULL OR ww.queue IS NOT NULL
+ORDER BY q.queue;
 
 -- name: worker_seen
 -- Worker $1 is alive (upserted at start and with every heartbeat). Committed without waiting
@@ -84,3 +92,19 @@ WITH gone AS (
     DELETE FROM {schema}.workers WHERE last_seen < now() - interval '1 hour' RETURNING 1
 )
 SELECT count(*) FROM gone;
+
+-- name: queue_description
+-- The label and dialect of queue $1 (no row: none recorded).
+SELECT label, dialect FROM {schema}.queue_settings WHERE queue = $1;
+
+-- name: describe_queue
+-- Record the label $2 and dialect $3 of queue $1 (a row of defaults if it had no settings).
+INSERT INTO {schema}.queue_settings AS qs (queue, label, dialect) VALUES ($1, $2, $3)
+ON CONFLICT (queue) DO UPDATE SET label = excluded.label, dialect = excluded.dialect,
+                                  updated_at = now()
+WHERE (qs.label, qs.dialect) IS DISTINCT FROM (excluded.label, excluded.dialect);
+
+-- name: queue_descriptions
+-- Every queue with a label or a dialect recorded (describe_queue), by name.
+SELECT queue, label, dialect FROM {schema}.queue_settings
+WHERE label IS NOT NULL OR dialect IS NOT NULL ORDER BY queue;

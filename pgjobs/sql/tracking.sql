@@ -23,22 +23,53 @@ WHERE {where}
 ORDER BY {order}
 OFFSET $1 LIMIT $2;
 
+-- name: queue_counts
+-- Counts per sub-state of queue $1: in flight from the partial indexes, finished from the
+-- finished counts (time proportional to the jobs in flight, not to the history).
+SELECT {schema}.sub_state(j.status, j.pending_deps, j.waits, j.run_at, j.attempts) AS sub_state,
+       count(*) AS n
+FROM {schema}.jobs j
+WHERE {fragment:in_flight} AND j.queue = $1
+GROUP BY 1
+UNION ALL
+SELECT CASE c.status WHEN 'dead' THEN 'failed' ELSE c.status END, sum(c.n)::bigint
+FROM {schema}.finished_counts c WHERE c.queue = $1
+GROUP BY c.status;
+
+-- name: fold_finished_counts
+-- Fold the finished counts into one row per queue and status (rows summing to 0 go), unless
+-- another session is folding them now; returns how many rows were folded. Concurrent changes
+-- append rows this statement's snapshot does not see, which it leaves as they are.
+WITH folding AS (
+    SELECT pg_try_advisory_xact_lock(hashtextextended('{schema}.finished_counts', 0)) AS ok
+),
+gone AS (
+    DELETE FROM {schema}.finished_counts c USING folding f WHERE f.ok
+    RETURNING c.queue, c.status, c.n
+),
+folded AS (
+    INSERT INTO {schema}.finished_counts (queue, status, n)
+    SELECT g.queue, g.status, sum(g.n) FROM gone g
+    GROUP BY g.queue, g.status HAVING sum(g.n) <> 0
+)
+SELECT count(*) FROM gone;
+
 -- name: queue_stats
--- Per queue: counts per sub-state, and its settings.
+-- Per queue: counts per sub-state, and its settings, label and dialect.
 WITH counts AS (
     SELECT j.queue, {schema}.sub_state(j.status, j.pending_deps, j.waits, j.run_at, j.attempts) AS sub_state,
            count(*) AS n
     FROM {schema}.jobs j WHERE {fragment:in_flight}
     GROUP BY 1, 2
-    UNION ALL
-    SELECT j.queue, CASE j.status WHEN 'dead' THEN 'failed' ELSE j.status END, count(*)
-    FROM {schema}.jobs j WHERE j.finished_at IS NOT NULL
-    GROUP BY 1, j.status
+    UNION ALL  -- finished jobs: counted as they finished (sql/schema/finished_counts.sql)
+    SELECT c.queue, CASE c.status WHEN 'dead' THEN 'failed' ELSE c.status END, sum(c.n)::bigint
+    FROM {schema}.finished_counts c
+    GROUP BY c.queue, c.status HAVING sum(c.n) <> 0
 ),
 queues AS (SELECT DISTINCT queue FROM counts UNION SELECT queue FROM {schema}.queue_settings)
 SELECT q.queue, coalesce(jsonb_object_agg(c.sub_state, c.n) FILTER (WHERE c.sub_state IS NOT NULL), '{}') AS counts,
        coalesce(qs.paused, false) AS paused, qs.concurrency, qs.group_concurrency, qs.rate_limit,
-       qs.rate_period
+       qs.rate_period, qs.label, qs.dialect
 FROM queues q
 LEFT JOIN counts c ON c.queue = q.queue
 LEFT JOIN {schema}.queue_settings qs ON qs.queue = q.queue

@@ -23,7 +23,8 @@ async def test_global_limits_report_what_they_removed(opts: dict) -> None:
     assert await queue.getGlobalConcurrency() == 5
     assert await queue.removeGlobalConcurrency() == 1
     assert await queue.removeGlobalConcurrency() == 0 and await queue.getGlobalConcurrency() is None
-    await queue.setGlobalRateLimit(100, 1000)
+    assert await queue.setGlobalRateLimit(100, 1000) == 2  # the fields HSET added
+    assert await queue.setGlobalRateLimit(100, 1000) == 0  # replaced
     assert await queue.getGlobalRateLimit() == {"max": 100, "duration": 1000}
     assert await queue.removeGlobalRateLimit() == 2  # its max and its duration
     assert await queue.removeGlobalRateLimit() == 0 and await queue.getGlobalRateLimit() is None

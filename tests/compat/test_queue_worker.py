@@ -8,7 +8,7 @@ import time
 import pytest
 
 from bullmq_compat import DelayedError, Queue, UnrecoverableError, Worker
-from pgjobs import JobQueue, SchemaMissing
+from pgjobs import InvalidOption, JobQueue, SchemaMissing
 from tests.helpers import eventually
 
 
@@ -295,7 +295,9 @@ async def test_move_to_delayed_does_not_use_an_attempt(opts: dict) -> None:
     await queue.close()
 
 
-async def test_worker_limiter_is_a_queue_rate_limit(opts: dict, jobs: JobQueue) -> None:
+async def test_worker_limiter_spaces_its_starts_and_sets_no_queue_limit(
+    opts: dict, jobs: JobQueue
+) -> None:
     queue = Queue("limited", opts)
     await queue.addBulk([{"name": "j", "data": {"i": i}} for i in range(4)])
     done = asyncio.Event()
@@ -311,9 +313,100 @@ async def test_worker_limiter_is_a_queue_rate_limit(opts: dict, jobs: JobQueue) 
         "limited", process, {**opts, "limiter": {"max": 2, "duration": 400}, "concurrency": 4}
     )
     await run_until(worker, done)
-    assert await queue.getGlobalRateLimit() == {"max": 2, "duration": 400}
+    assert await queue.getGlobalRateLimit() is None  # the limiter went with its claims
+    assert (await jobs.queue_settings(queue.qualifiedName)).rate_limit is None
     starts = sorted(r.started_at for r in await jobs.list_jobs())
     assert (starts[2] - starts[0]).total_seconds() >= 0.4
+    await queue.close()
+
+
+async def test_limiter_errors_name_the_bullmq_option(opts: dict) -> None:
+    async def process(job, token):
+        return None
+
+    for limiter, option in (
+        ({"max": 0, "duration": 1000}, "limiter.max"),
+        ({"max": "8", "duration": 1000}, "limiter.max"),
+        ({"max": 8}, "limiter.duration"),
+        ({"max": 8, "duration": 0}, "limiter.duration"),
+        ([8, 1000], "limiter"),
+    ):
+        with pytest.raises(InvalidOption, match=option.replace(".", r"\.")) as refused:
+            Worker("bad-limiter", process, {**opts, "limiter": limiter, "autorun": False})
+        assert refused.value.option == option
+    queue = Queue("bad-limiter", opts)
+    with pytest.raises(InvalidOption, match="max"):
+        await queue.setGlobalRateLimit(0, 1000)
+    with pytest.raises(InvalidOption, match="duration"):
+        await queue.setGlobalRateLimit(5, -1)
+    assert await queue.getGlobalRateLimit() is None
+    await queue.close()
+
+
+async def test_rate_limit_ttl_reads_the_window_of_the_workers_with_a_limiter(
+    opts: dict, jobs: JobQueue
+) -> None:
+    """As BullMQ's limiter key: open while the window the limited workers share lasts, full
+    for a ``maxJobs`` it has reached; a worker without a limiter still takes the jobs."""
+    queue = Queue("ttl", opts)
+    assert await queue.getRateLimitTtl() == -2
+    done = asyncio.Event()
+
+    async def process(job, token):
+        done.set()
+
+    limited = Worker("ttl", process, {**opts, "limiter": {"max": 1, "duration": 60000}})
+    await queue.addBulk([{"name": "j", "data": {"i": i}} for i in range(3)])
+    await run_until(limited, done)
+    assert 0 < await queue.getRateLimitTtl() <= 60000  # the workers' window is open
+    assert 0 < await queue.getRateLimitTtl(1) <= 60000  # and full for a max of 1
+    assert await queue.getRateLimitTtl(2) == 0
+    assert await queue.getGlobalRateLimit() is None
+    settings = await jobs.queue_settings(queue.qualifiedName)
+    assert settings.rate_limit is None and settings.worker_window_count == 1
+    finished = 0
+    both = asyncio.Event()
+
+    async def free_process(job, token):
+        nonlocal finished
+        finished += 1
+        if finished == 2:
+            both.set()
+
+    await run_until(Worker("ttl", free_process, opts), both)
+    assert await queue.getJobCountByTypes("completed") == 3
+    await queue.close()
+
+
+async def test_a_global_rate_limit_holds_workers_with_and_without_a_limiter(
+    opts: dict, jobs: JobQueue
+) -> None:
+    """setGlobalRateLimit is a setting of the queue: every worker honours it, one with a
+    ``limiter`` as well (with both, a claim is held by either window)."""
+    queue = Queue("global", opts)
+    assert await queue.setGlobalRateLimit(2, 60000) == 2
+    await queue.addBulk([{"name": "j", "data": {"i": i}} for i in range(5)])
+    started = 0
+    two = asyncio.Event()
+
+    async def process(job, token):
+        nonlocal started
+        started += 1
+        if started == 2:
+            two.set()
+
+    workers = [
+        Worker("global", process, {**opts, "concurrency": 5}),
+        Worker(
+            "global", process, {**opts, "concurrency": 5, "limiter": {"max": 10, "duration": 60000}}
+        ),
+    ]
+    await asyncio.wait_for(two.wait(), 30)
+    assert 0 < await queue.getRateLimitTtl() <= 60000  # the global window is full
+    for worker in workers:
+        await worker.close()
+    assert started == 2 and await queue.getJobCountByTypes("waiting") == 3
+    assert await queue.removeGlobalRateLimit() == 2
     await queue.close()
 
 

@@ -549,3 +549,57 @@ async def test_rate_limited_worker_obeys_priority(bq: Bull) -> None:
 
 
 FACADE_PENDING: dict[str, str] = {}
+
+
+# --- a worker's limiter belongs to the worker (BullMQ: its claims count in the queue's limiter
+# key, and only the workers that pass a limiter compare that count with a max) --------------
+
+
+async def test_a_worker_without_limiter_is_not_held_by_another_workers_limiter(bq: Bull) -> None:
+    name = bq.name()
+    queue = bq.queue(name)
+    limited = make_worker(bq, name, noop, limiter={"max": 1, "duration": 60000})
+    first = future_of(limited, "completed")
+    await queue.add("test", {"i": 0})
+    await wait_for(first)  # the limited worker's window is now full for a minute
+    free = make_worker(bq, name, noop, concurrency=5)
+    finished = future_of(free, "completed", 20)
+    await queue.addBulk(bulk(20))
+    await wait_for(finished, 30)  # well inside the limited worker's minute
+    assert await queue.getGlobalRateLimit() is None
+    assert await queue.getJobCountByTypes("completed") == 21
+
+
+async def test_workers_with_limiters_share_one_limit(bq: Bull) -> None:
+    name = bq.name()
+    queue = bq.queue(name)
+    events = bq.queue_events(name, lastEventId="0")
+    completed = future_of(events, "completed", 6)
+    limiter = {"max": 2, "duration": 500}
+    for _ in range(2):
+        make_worker(bq, name, noop, concurrency=5, limiter=limiter)
+    jobs = await queue.addBulk(bulk(6))
+    await wait_for(completed, 30)
+    starts = sorted([(await queue.getJob(job.id)).processedOn for job in jobs])
+    # two starts per window across both workers: the 3rd and 5th each wait for a new window
+    assert starts[2] - starts[0] >= 500, starts
+    assert starts[4] - starts[2] >= 500, starts
+
+
+async def test_a_limiter_does_not_outlive_its_worker(bq: Bull) -> None:
+    name = bq.name()
+    queue = bq.queue(name)
+    limited = make_worker(bq, name, noop, autorun=False, limiter={"max": 2, "duration": 60000})
+    two = future_of(limited, "completed", 2)
+    await queue.addBulk(bulk(2))
+    running = start(limited)
+    await wait_for(two)
+    await stop(limited, running)  # its window stays full for the rest of the minute
+    free = make_worker(bq, name, noop, autorun=False, concurrency=5)
+    finished = future_of(free, "completed", 30)
+    await queue.addBulk(bulk(30))
+    running = start(free)
+    await wait_for(finished, 30)
+    await stop(free, running)
+    assert await queue.getGlobalRateLimit() is None
+    assert await queue.getJobCountByTypes("completed") == 32

@@ -1,13 +1,21 @@
-"""A seeded database for the dashboard tests: hostile names and payloads, every sub-state, a
-flow, two tenants."""
+"""For the dashboard tests: a seeded database (hostile names and payloads, every sub-state, a
+flow, two tenants), the dashboard served on a local port, and Debian's Chromium."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import shutil
+import socket
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import uvicorn
+from playwright.async_api import Browser, async_playwright
 
 from pgjobs import Fatal, Flow, JobContext, JobQueue, Registry
+from pgjobs.dashboard import create_app
 
 HOSTILE = "<script>alert('x')</script>"
 
@@ -39,3 +47,38 @@ async def seeded(jobs: JobQueue, registry: Registry) -> dict[str, int]:
     ids["tenant_a"] = (await jobs.enqueue("work", {"n": 5}, queue="a-only", tenant="a")).id
     ids["tenant_b"] = (await jobs.enqueue("work", {"n": 6}, queue="b-only", tenant="b")).id
     return ids
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    """Debian's Chromium, headless, driven by Playwright (no browser is downloaded)."""
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(
+            "the browser tests need Debian's Chromium at /usr/bin/chromium: apt-get install "
+            "chromium (./run test installs it when run as root)",
+            pytrace=False,
+        )
+    async with async_playwright() as p:
+        instance = await p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                           args=["--no-sandbox"])  # fmt: skip
+        yield instance
+        await instance.close()
+
+
+@pytest.fixture
+async def dashboard_url(jobs: JobQueue) -> AsyncIterator[str]:
+    """The dashboard on ``jobs``, served on a free local port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = uvicorn.Config(create_app(jobs), host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    await task

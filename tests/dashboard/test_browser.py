@@ -1,58 +1,23 @@
 """The dashboard in a real headless Chromium (Debian's /usr/bin/chromium driven by Playwright;
 no browser is downloaded): every page loads on a seeded database, a retry and a pause are
-clicked, and the pages show their effect. Screenshots go to docs/ for the README."""
+clicked, and the pages show their effect."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import socket
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
-from playwright.async_api import Browser, async_playwright
+from playwright.async_api import Browser
 
 from pgjobs import Fatal, Flow, JobFilter, JobQueue, SubState
-from pgjobs.dashboard import create_app
 from tests.helpers import eventually
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
-"""Where README's screenshots live: refreshed when PGJOBS_SCREENSHOTS=1, else left alone."""
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-
 
 @pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(
-            "the browser tests need Debian's Chromium at /usr/bin/chromium: apt-get install "
-            "chromium (./run test installs it when run as root)",
-            pytrace=False,
-        )
-    async with async_playwright() as p:
-        instance = await p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                           args=["--no-sandbox"])  # fmt: skip
-        yield instance
-        await instance.close()
-
-
-@pytest.fixture
-async def base_url(jobs: JobQueue, seeded: dict[str, int]) -> AsyncIterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    config = uvicorn.Config(create_app(jobs), host="127.0.0.1", port=port, log_level="warning")
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    await task
+async def base_url(dashboard_url: str, seeded: dict[str, int]) -> str:
+    return dashboard_url
 
 
 async def test_pages_load_and_retry_and_pause_take_effect(
@@ -80,7 +45,7 @@ async def test_pages_load_and_retry_and_pause_take_effect(
     await page.wait_for_url("**/?message=*")
     assert await page.locator('tr[data-queue="mail"] [data-paused]').count() == 1
     assert (await jobs.queue_settings("mail")).paused
-    shots = DOCS if os.environ.get("PGJOBS_SCREENSHOTS") == "1" else tmp_path
+    shots = tmp_path  # the docs' screenshots: ./run screenshots
     await page.screenshot(path=str(shots / "dashboard-queues.png"))
     await page.goto(f"{base_url}/flows/{seeded['flow']}")
     await page.screenshot(path=str(shots / "dashboard-flow.png"))
@@ -164,9 +129,9 @@ async def test_a_bulk_retry_of_a_thousand_failed_jobs_confirms_the_count(
     await page.goto(f"{base_url}/queues/mass?sub_state=failed")
     await page.locator("#matching").get_by_role("button", name="Retry all…").click()
     await page.wait_for_url("**/queues/mass/bulk")
-    assert "1000" in await page.locator("#bulk-count strong").inner_text()
+    assert await page.locator("#bulk-count strong").inner_text() == "1,000"
     await page.locator("#bulk-confirm").click()
-    await page.wait_for_url("**/queues/mass?message=*")
+    await page.wait_for_url("**/queues/mass?*message=*")  # back to the view it came from
     assert "retry: 1000 job(s)" in await page.get_by_role("status").inner_text()
     counts = await jobs.substate_counts(JobFilter(queue="mass"))
     assert counts[SubState.READY] == 1000 and counts[SubState.FAILED] == 0
@@ -201,7 +166,7 @@ async def test_search_by_id_payload_filter_and_the_fleet_pages(
     await eventually(lambda: jobs.list_workers("mail"))
     await page.goto(base_url + "/workers")
     assert "browser-test-worker" in await page.locator("tr.worker").inner_text()
-    shots = DOCS if os.environ.get("PGJOBS_SCREENSHOTS") == "1" else tmp_path
+    shots = tmp_path  # the docs' screenshots: ./run screenshots
     await page.screenshot(path=str(shots / "dashboard-workers.png"))
     await worker.stop()
     await running

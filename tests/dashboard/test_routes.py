@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -12,12 +13,9 @@ import pytest
 
 import bullmq_compat
 from pgjobs import JobFilter, JobQueue, Status
-from pgjobs.dashboard import create_app
-
-
-def client_for(jobs: JobQueue, **options: Any) -> httpx.AsyncClient:
-    transport = httpx.ASGITransport(app=create_app(jobs, **options))
-    return httpx.AsyncClient(transport=transport, base_url="http://dash")
+from pgjobs.dashboard import app as app_module
+from tests.dashboard.clients import client_for, csrf_of
+from tests.factories import insert_job
 
 
 @pytest.fixture
@@ -26,19 +24,13 @@ async def client(jobs: JobQueue) -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
-def csrf_of(page: httpx.Response) -> str:
-    found = re.search(r'name="csrf" value="([^"]+)"', page.text)
-    assert found, "no action form on the page"
-    return found.group(1)
-
-
 async def test_every_page_renders_and_escapes_user_data(
     client: httpx.AsyncClient, seeded: dict[str, int]
 ) -> None:
     pages = {
         "/": "mail",
         "/queues/mail": "mail",
-        "/queues/mail?sub_state=failed&kind=work&name_prefix=%3C": "Queue mail",
+        "/queues/mail?sub_state=failed&kind=work&name_prefix=%3C": "<h1>mail</h1>",
         f"/jobs/{seeded['done']}": "log line",
         f"/jobs/{seeded['failed']}": "it broke",
         "/flows": "import",
@@ -150,7 +142,7 @@ async def test_a_tenant_sees_and_touches_only_its_own_jobs(
         assert (await client.get(f"/jobs/{seeded['tenant_a']}")).status_code == 200
         assert (await client.get(f"/jobs/{seeded['tenant_b']}")).status_code == 404
         assert (await client.get(f"/jobs/{seeded['done']}")).status_code == 404
-        assert "no jobs match" in (await client.get("/queues/b-only")).text
+        assert "No jobs." in (await client.get("/queues/b-only")).text
         assert (await client.get(f"/flows/{seeded['flow']}")).status_code == 404
         assert "import" not in (await client.get("/flows")).text
         page = await client.get(f"/jobs/{seeded['tenant_a']}")
@@ -343,7 +335,7 @@ async def test_the_schedules_page_shows_runs_and_pauses_resumes_and_removes(
         assert len(rows) == 2
         nightly = next(r for r in rows if "nightly" in r)
         assert "nightly/&lt;report&gt;" in nightly and "<code>0 3 * * *</code> (UTC)" in nightly
-        assert "every 60.0 s" in next(r for r in rows if "pulse" in r)
+        assert "every 1 min" in next(r for r in rows if "pulse" in r)
         schedule = await jobs.get_schedule("nightly/<report>")
         assert schedule is not None and schedule.next_run_at is not None
         assert schedule.next_run_at.strftime("%Y-%m-%d %H:%M:%S") in nightly
@@ -544,7 +536,8 @@ async def test_a_job_list_shows_the_last_error_and_when_a_pending_job_runs(
     assert failed_row and "Fatal: it broke &lt;b&gt;badly&lt;/b&gt;" in failed_row.group(0)
     waiting_row = re.search(rf'<tr data-job="{seeded["waiting"]}">.*?</tr>', page, re.S)
     assert waiting_row and re.search(
-        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d</td>\s*<td>", waiting_row.group(0)
+        r'title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC">due in (59 min|1 h)</span>',
+        waiting_row.group(0),
     )
 
 
@@ -552,9 +545,12 @@ async def test_retry_all_failed_requeues_every_dead_job_of_the_queue(
     client: httpx.AsyncClient, jobs: JobQueue, seeded: dict[str, int]
 ) -> None:
     page = await client.get("/queues/mail")
-    assert "Retry all failed" in page.text
     dead = await jobs.list_jobs(JobFilter(queue="mail", status="dead"))
     assert dead  # the seeded failure and the flow's failed node
+    assert f"Retry all failed… ({len(dead)})" in page.text  # the button leads to a confirmation
+    form = {"csrf": csrf_of(page), "matching": "1", "state": "failed", "do": "retry"}
+    confirm = await client.post("/queues/mail/bulk", data=form)
+    assert f"<strong>{len(dead)}</strong> job(s)" in confirm.text
     done = await client.post("/queues/mail/retry-failed", data={"csrf": csrf_of(page)})
     assert done.status_code == 303 and f"requeued+{len(dead)}+failed" in done.headers["location"]
     assert await jobs.list_jobs(JobFilter(queue="mail", status="dead")) == []
@@ -566,15 +562,20 @@ async def test_retry_all_failed_requeues_every_dead_job_of_the_queue(
 async def test_pages_refresh_themselves_when_asked(
     client: httpx.AsyncClient, seeded: dict[str, int]
 ) -> None:
-    still = await client.get("/queues/mail?sub_state=failed")
-    assert 'http-equiv="refresh"' not in still.text
-    assert 'href="?sub_state=failed&amp;refresh=5"' in still.text  # keeps the page's filters
-    live = await client.get("/queues/mail?sub_state=failed&refresh=5")
-    # With scripts the page updates in place (static/live.js, the browser test checks it);
-    # without them it reloads.
+    still = await client.get("/queues/mail?sub_state=failed&refresh=0")
+    assert 'http-equiv="refresh"' not in still.text and '<body data-refresh="">' in still.text
+    assert 'href="?sub_state=failed&amp;refresh=30"' in still.text  # keeps the page's filters
+    assert 'href="?sub_state=failed"' in still.text  # the default period: 5 s
+    # Live by default: with scripts the page updates in place (static/live.js, the browser
+    # test checks it); without them it reloads.
+    live = await client.get("/queues/mail?sub_state=failed")
     assert '<body data-refresh="5">' in live.text and "/static/live.js" in live.text
     assert '<noscript><meta http-equiv="refresh" content="5"></noscript>' in live.text
-    assert '<meta http-equiv="refresh"' not in (await client.get("/?refresh=1")).text
+    slow = await client.get("/?refresh=30")
+    assert '<noscript><meta http-equiv="refresh" content="30"></noscript>' in slow.text
+    assert '<body data-refresh="5">' in (await client.get("/?refresh=1")).text  # not a choice
+    confirm = await client.get("/queues/mail/purge?sub_state=failed")
+    assert 'http-equiv="refresh"' not in confirm.text  # a confirmation stays as it is
     script = await client.get("/static/live.js")
     assert script.status_code == 200 and "visibilitychange" in script.text
 
@@ -599,10 +600,49 @@ async def test_a_facade_job_is_shown_in_bullmq_words(jobs: JobQueue) -> None:
         rows = dict(re.findall(r'<tr data-job="(\d+)">(.*?)</tr>', listed, re.S))
         custom, automatic = rows[str(job.engine_id)], rows[str(plain.engine_id)]
         assert f'title="pgjobs id {job.engine_id}">order-7</a>' in custom
-        assert 'delayed">delayed</span></td><td>3</td>' in custom  # BullMQ's priority 3
+        assert 'delayed">delayed</span></td><td class="num">3</td>' in custom  # BullMQ's 3
         assert f">{plain.id}</a>" in automatic
-        assert 'ready">waiting</span></td><td>0</td>' in automatic
-        assert '<option value="prioritized"' not in listed and '<option value="waiting"' in listed
+        assert 'ready">waiting</span></td><td class="num">0</td>' in automatic
+        tabs = re.findall(r'data-tab="([^"]+)"', listed)
+        assert tabs == ["latest", "active", "waiting", "prioritized", "delayed",
+                        "waiting-children", "completed", "failed"]  # fmt: skip
         engine_words = (await client.get("/queues/mail")).text
         assert 'id="bullmq-view"' not in engine_words
     await queue.close()
+
+
+async def test_a_flow_held_by_a_failed_job_reads_blocked_with_its_way_out(
+    client: httpx.AsyncClient, jobs: JobQueue, seeded: dict[str, int]
+) -> None:
+    """The seeded flow: b failed, so c waits for ever, and nothing else can move."""
+    listing = (await client.get("/flows")).text
+    assert 'class="badge outcome-blocked"' in listing
+    page = (await client.get(f"/flows/{seeded['flow']}")).text
+    assert 'id="blocked"' in page and ">blocked</span>" in page
+    assert "Requeue failed and cancelled nodes" in page
+    assert re.search(r'class="sub">mail · waiting children</text>', page)
+    token = csrf_of(await client.get(f"/flows/{seeded['flow']}"))
+    await client.post(f"/flows/{seeded['flow']}/requeue", data={"csrf": token})
+    after = (await client.get(f"/flows/{seeded['flow']}")).text
+    assert 'id="blocked"' not in after and ">running</span>" in after  # b waits to run again
+
+
+async def test_a_payload_filter_reads_a_bounded_window_of_history_and_says_so(
+    client: httpx.AsyncClient, jobs: JobQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every job in flight, and the newest PAYLOAD_SCAN finished jobs of each state."""
+    monkeypatch.setattr(app_module, "PAYLOAD_SCAN", 3)
+    schema = jobs.db.schema
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    for n in range(8):  # n = 0 finished first
+        await insert_job(jobs.pool, schema, queue="hist", status="completed",
+                         finished_at=start + timedelta(minutes=n), payload=f'{{"n": {n}}}')  # fmt: skip
+    waiting = await insert_job(jobs.pool, schema, queue="hist", payload='{"n": 0}')
+    old = await client.get("/queues/hist?payload=n+%3D+0")
+    assert 'id="history-window"' in old.text and "2026-01-01 00:05:00 UTC" in old.text
+    assert re.findall(r'<tr data-job="(\d+)">', old.text) == [str(waiting)]  # not the old one
+    recent = await client.get("/queues/hist?payload=n+%3D+6&state=completed")
+    assert len(re.findall(r"<tr data-job=", recent.text)) == 1
+    unbounded = await client.get("/queues/hist?state=completed")
+    assert 'id="history-window"' not in unbounded.text
+    assert len(re.findall(r"<tr data-job=", unbounded.text)) == 8

@@ -89,7 +89,7 @@ def _claim_statement(jobs: JobQueue, worker: uuid.UUID) -> Any:
 
     async def run(conn: Any) -> Any:
         return await jobs.db.fetch(
-            "claim_for_worker", ["default"], ["x"], 1, 30.0, 0, worker, [], conn=conn
+            "claim_for_worker", ["default"], ["x"], 1, 30.0, 0, worker, [], None, None, conn=conn
         )
 
     return run

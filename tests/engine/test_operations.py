@@ -6,6 +6,7 @@ import asyncio
 import json
 from typing import Any
 
+import asyncpg
 import pydantic
 import pytest
 
@@ -20,6 +21,7 @@ from pgjobs import (
     JobQueue,
     JobSpec,
     Keep,
+    NotJson,
     Registry,
     Status,
 )
@@ -368,6 +370,22 @@ async def test_logs_append_trim_read_and_fence(jobs: JobQueue, registry: Registr
     assert [line.line for line in everything.lines] == ["line 4", "line 5", "line 6", "line 7"]
     assert logged == [1, 2, 3]  # the lines the log holds after each
     assert not await jobs.append_log(10**9, "nobody")
+
+
+async def test_logs_read_newest_first_page_from_the_latest(jobs: JobQueue, kinds) -> None:
+    job = await jobs.enqueue("x", {"n": 1}, tenant="org-a", delay=3600)
+    for i in range(7):
+        await jobs.append_log(job.id, f"line {i}", tenant="org-a")
+    latest = await jobs.read_logs(job.id, limit=3, newest_first=True, tenant="org-a")
+    assert latest.total == 7
+    assert [line.line for line in latest.lines] == ["line 6", "line 5", "line 4"]
+    older = await jobs.read_logs(job.id, offset=6, limit=3, newest_first=True, any_tenant=True)
+    assert older.total == 7 and [line.line for line in older.lines] == ["line 0"]
+    times = [line.created_at for line in latest.lines]
+    assert times == sorted(times, reverse=True)
+    assert (await jobs.read_logs(job.id, newest_first=True, tenant="org-b")).total == 0
+    oldest = await jobs.read_logs(job.id, limit=2, any_tenant=True)  # the default is unchanged
+    assert [line.line for line in oldest.lines] == ["line 0", "line 1"]
 
 
 async def test_ids_based_operations_are_tenant_scoped(jobs: JobQueue, kinds) -> None:
@@ -964,3 +982,16 @@ async def test_pending_run_filter_selects_the_schedules_next_runs(jobs: JobQueue
     assert [r.id for r in await jobs.list_jobs(JobFilter(pending_run=False))] == [other]
     assert (await jobs.purge(JobFilter(pending_run=False))).deleted == 1
     assert await remaining_ids(jobs) == {run}
+
+
+async def test_a_process_without_the_kind_updates_a_payload_as_json(
+    jobs: JobQueue, kinds, pool: asyncpg.Pool, schema_name: str
+) -> None:
+    """The dashboard runs no kind: it stores the JSON it is given, as long as jsonb can."""
+    job = await jobs.enqueue("x", {"n": 1})
+    bare = await JobQueue.connect(pool=pool, schema=schema_name, registry=Registry())
+    assert await bare.update_payload(job.id, {"n": "many", "note": [1, 2]})
+    row = await jobs.get(job.id)
+    assert row is not None and row.payload == {"n": "many", "note": [1, 2]}
+    with pytest.raises(NotJson, match="n: nan is not a JSON number"):
+        await bare.update_payload(job.id, {"n": float("nan")})

@@ -174,7 +174,7 @@ async def test_setting_the_same_rate_limit_again_keeps_the_current_window(
         f"UPDATE {jobs.schema}.queue_settings SET window_start = now(), window_count = 2"
         " WHERE queue = 'rl'"
     )
-    await jobs.set_rate_limit("rl", 2, 60)  # what every worker with a limiter does at start
+    await jobs.set_rate_limit("rl", 2, 60)  # the same limit set again (setGlobalRateLimit)
     settings = await jobs.queue_settings("rl")
     row = await jobs.db.pool.fetchrow(
         f"SELECT window_start, window_count FROM {jobs.schema}.queue_settings WHERE queue = 'rl'"

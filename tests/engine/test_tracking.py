@@ -504,3 +504,32 @@ async def test_queue_metrics_survive_gc_and_count_once_after_resweeps(
     after = sum(b.completed for b in await jobs.queue_metrics("mq", "hour", start))
     assert after == 6
     assert Status.COMPLETED == "completed"
+
+
+@pytest.mark.parametrize("oldest_first", [False, True])
+async def test_several_finished_sub_states_by_finish_time_read_each_and_merge(
+    jobs: JobQueue, oldest_first: bool
+) -> None:
+    """Failed and cancelled jobs by finish time (a BullMQ queue's failed tab): the same page,
+    in the same order, as one sort of them all, ties on the finish time broken by id, from
+    any offset; a page deeper than MERGED_ROWS is one query."""
+    schema = jobs.db.schema
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    for n in range(60):
+        status = ("dead", "cancelled", "completed")[n % 3]
+        at = start + timedelta(seconds=n // 2)  # pairs share a finish time
+        await insert_job(jobs.pool, schema, queue="m", status=status, finished_at=at)
+    where = JobFilter(queue="m", sub_state=(SubState.FAILED, SubState.CANCELLED))
+    rows = await jobs.list_jobs(where, limit=1000, order="finished", oldest_first=True)
+    every = sorted(((r.finished_at, r.id) for r in rows), reverse=not oldest_first)
+    assert len(every) == 40
+    for offset, limit in ((0, 7), (5, 10), (33, 20), (39, 1)):
+        page = await jobs.list_jobs(
+            where, limit=limit, offset=offset, order="finished", oldest_first=oldest_first
+        )
+        assert [(r.finished_at, r.id) for r in page] == every[offset : offset + limit]
+    plan = await jobs.pool.fetch(
+        f"EXPLAIN SELECT j.id FROM {schema}.jobs j WHERE j.queue = 'm' AND j.status = 'dead'"
+        " AND j.finished_at IS NOT NULL ORDER BY j.finished_at DESC, j.id DESC LIMIT 50"
+    )
+    assert "jobs_finished_idx" in "\n".join(r[0] for r in plan)

@@ -112,7 +112,7 @@ def _registration_statement(jobs: JobQueue) -> Any:
 
     async def run(conn: Any) -> Any:
         return await jobs.db.fetchrow(
-            "idle_state", ["default"], ["x"], uuid.uuid4(), 0, 60.0, 30.0, "none", conn=conn
+            "idle_state", ["default"], ["x"], uuid.uuid4(), 0, 60.0, 30.0, "none", None, conn=conn
         )
 
     return run

@@ -1,8 +1,9 @@
-// Live updates for a dashboard page opened with ?refresh=N: every N seconds the page is fetched
-// again and its <main> swapped in place, without a reload, only while the tab is visible (a
-// hidden tab polls nothing and resumes when shown). A page where the user is choosing jobs
-// (a checked box, a focused field) is left alone until they are done. window.pgjobsLive
-// counts what happened, for the browser tests.
+// Live updates of a dashboard page (every 5 s unless ?refresh=N says otherwise, 0 for none):
+// every N seconds the page is fetched again and its <main> swapped in place, without a
+// reload, only while the tab is visible (a hidden tab polls nothing and resumes when shown).
+// A page where the user is choosing jobs (a checked box, a focused field) is left alone until
+// they are done; a <details> they opened stays open. window.pgjobsLive counts what happened,
+// for the browser tests.
 (function () {
   "use strict";
   var period = Number(document.body.getAttribute("data-refresh") || 0);
@@ -28,6 +29,18 @@
       return true;
     }
     return main.querySelector("input[type=checkbox]:checked") !== null;
+  }
+
+  // A <details> the user opened stays open across an update (matched by its place on the page).
+  function keepOpen(main, fresh) {
+    var before = main.querySelectorAll("details");
+    var after = fresh.querySelectorAll("details");
+    if (before.length !== after.length) {
+      return;
+    }
+    for (var i = 0; i < before.length; i += 1) {
+      after[i].open = before[i].open;
+    }
   }
 
   function schedule() {
@@ -57,6 +70,7 @@
         }
         var fresh = new DOMParser().parseFromString(html, "text/html").querySelector("main");
         if (fresh) {
+          keepOpen(main, fresh);
           main.replaceWith(document.importNode(fresh, true));
           live.swaps += 1;
           show("live, every " + period + " s");

@@ -4,10 +4,24 @@
 -- parked in a buffer). Honours each queue's settings: paused, limited_until, a fleet-wide
 -- concurrency cap, a per-group cap and a rate limit (fixed window).
 --
+-- The claimer's own rate limit. p_rate_limit starts per p_rate_period seconds (NULL: none;
+-- BullMQ's worker `limiter`) limit this claim, on top of the queue's settings, against the
+-- window that all claims with a limit share on each queue (table worker_windows): a claim
+-- with p_rate_limit = m starts at most m - window_count jobs of a queue while its window is
+-- open, and opens a new window of p_rate_period seconds once it has ended. Claims without a
+-- limit neither read nor count in that window. Claims with different limits share the count
+-- and each compares it with its own max, as BullMQ's workers share their queue's limiter key.
+-- A claim with a limit never claims ahead.
+--
 -- Concurrency. Queues with limits are serialised on their settings row, and each statement
 -- below takes a fresh snapshot after that lock (a VOLATILE function under READ COMMITTED), so
--- two claimers can never both admit the last free slot. Unlimited queues take no lock: their
--- candidates are locked FOR UPDATE SKIP LOCKED, so concurrent claimers take disjoint rows.
+-- two claimers can never both admit the last free slot. Claims with their own rate limit are
+-- serialised likewise on the queue's worker_windows row (locked after the settings row, queue
+-- by queue in name order, so two claimers never wait for each other in a cycle); its count is
+-- raised in the statement that claims the jobs, before that lock is released at commit, so
+-- the next claim of any worker with a limit reads it whole. Claims without one never touch
+-- that row (nor wait for it). Unlimited queues take no lock: their candidates are locked
+-- FOR UPDATE SKIP LOCKED, so concurrent claimers take disjoint rows.
 --
 -- Plans. The statements are planned once per connection (generic plans): planning them on
 -- every call would cost more than running them. A generic plan made before the table was
@@ -16,8 +30,10 @@
 -- transaction and still pending), and sorts are discouraged (enable_sort = off) so that the
 -- pick reads jobs_claim_idx, already in claim order. JIT never pays for statements this small.
 -- tests/engine/test_migrate.py measures the pages a claim touches.
+DROP FUNCTION IF EXISTS {schema}.claim_jobs(text[], text[], int, float8, int);
 CREATE OR REPLACE FUNCTION {schema}.claim_jobs(
-    p_queues text[], p_kinds text[], p_limit int, p_lease float8, p_ahead int
+    p_queues text[], p_kinds text[], p_limit int, p_lease float8, p_ahead int,
+    p_rate_limit int DEFAULT NULL, p_rate_period float8 DEFAULT NULL
 ) RETURNS SETOF {schema}.jobs LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan SET enable_sort = off SET jit = off AS $fn$
 DECLARE
@@ -29,7 +45,15 @@ DECLARE
     g_allows int[]  := '{}';
     caps     int[]  := '{}';
     picked   bigint[];
+    win      record;            -- a queue's window shared by claims with their own rate limit
+    w_queues text[] := '{}';   -- the windows this claim counts in: queue, end, count before
+    w_ends   timestamptz[] := '{}';
+    w_counts int[]  := '{}';
 BEGIN
+    IF p_rate_limit IS NOT NULL AND (p_rate_limit < 1 OR NOT p_rate_period > 0) THEN
+        RAISE EXCEPTION 'claim_jobs: a rate limit needs a max >= 1 and a period > 0, got % per %',
+            p_rate_limit, p_rate_period USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     FOR s IN
         SELECT q.queue, qs.paused, qs.limited_until, qs.concurrency, qs.group_concurrency,
                qs.rate_limit, qs.rate_period,
@@ -63,12 +87,36 @@ BEGIN
                 END IF;
             END IF;
             CONTINUE WHEN allow <= 0;
-            IF s.group_concurrency IS NOT NULL THEN
-                grouped := grouped || s.queue;
-                g_allows := g_allows || allow;
-                caps := caps || s.group_concurrency;
-                CONTINUE;
+        END IF;
+        IF p_rate_limit IS NOT NULL THEN
+            allow := least(allow, p_limit, p_rate_limit);
+            -- Serialise the claims with a limit on this queue's shared window; the row is
+            -- made by the first (a concurrent maker waits for it, then finds it).
+            SELECT ww.window_end, ww.window_count INTO win FROM {schema}.worker_windows ww
+            WHERE ww.queue = s.queue FOR UPDATE;
+            IF NOT FOUND THEN
+                INSERT INTO {schema}.worker_windows (queue, window_end, window_count)
+                VALUES (s.queue, '-infinity', 0) ON CONFLICT (queue) DO NOTHING;
+                SELECT ww.window_end, ww.window_count INTO win FROM {schema}.worker_windows ww
+                WHERE ww.queue = s.queue FOR UPDATE;
             END IF;
+            -- By the claim's now(), as the queue's window above: the time its jobs are started
+            -- at, so a window is never opened before the starts of the one it follows.
+            IF now() >= win.window_end THEN  -- ended (or never opened): this claim opens one
+                win.window_end := now() + make_interval(secs => p_rate_period);
+                win.window_count := 0;
+            END IF;
+            allow := least(allow, p_rate_limit - win.window_count);
+            CONTINUE WHEN allow <= 0;
+            w_queues := w_queues || s.queue;
+            w_ends := w_ends || win.window_end;
+            w_counts := w_counts || win.window_count;
+        END IF;
+        IF s.group_concurrency IS NOT NULL THEN
+            grouped := grouped || s.queue;
+            g_allows := g_allows || allow;
+            caps := caps || s.group_concurrency;
+            CONTINUE;
         END IF;
         queues := queues || s.queue;
         allows := allows || allow;
@@ -144,6 +192,14 @@ BEGIN
                                 THEN 0 ELSE qs.window_count END + n.started
         FROM (SELECT queue, count(*)::int AS started FROM claimed GROUP BY queue) n
         WHERE qs.queue = n.queue AND qs.rate_limit IS NOT NULL
+    ),
+    counted_for_workers AS (  -- the windows locked above, with the jobs started in them
+        UPDATE {schema}.worker_windows ww
+        SET window_end = w.window_end, window_count = w.window_count + n.started
+        FROM unnest(w_queues, w_ends, w_counts) AS w(queue, window_end, window_count)
+        JOIN (SELECT queue, count(*)::int AS started FROM claimed GROUP BY queue) n
+          ON n.queue = w.queue
+        WHERE ww.queue = w.queue
     )
     SELECT claimed.* FROM claimed;
 END

@@ -102,14 +102,18 @@ $fn$;
 -- queue is due when its window opens; a queue at its concurrency cap is due when a job of it
 -- finishes (finish_jobs notifies), re-checked at the poll interval.
 --
+-- With p_rate_limit (the worker's own rate limit, claim_jobs.sql), a queue whose shared worker
+-- window has started that many jobs is due when the window ends.
+--
 -- With p_worker, the worker also registers as waiting (woken by the writes above) for p_ttl
 -- seconds, offering p_free slots for hand-offs (hand_offs.sql; 0: none) with a lease of
 -- p_lease seconds on its channel p_channel; committed without waiting for the WAL flush (the
 -- table is unlogged anyway). The look for due jobs comes after the registration, under the
 -- exclusive wake locks: a job whose writer did not see the registration is found by it.
+DROP FUNCTION IF EXISTS {schema}.idle_state(text[], text[], uuid, int, float8, float8, text);
 CREATE OR REPLACE FUNCTION {schema}.idle_state(
     p_queues text[], p_kinds text[], p_worker uuid, p_free int, p_ttl float8, p_lease float8,
-    p_channel text,
+    p_channel text, p_rate_limit int DEFAULT NULL,
     OUT until_due float8, OUT capped bool, OUT busy bool, OUT registered bool
 ) LANGUAGE plpgsql AS $fn$
 BEGIN
@@ -130,7 +134,11 @@ BEGIN
                          AND qs.window_count >= qs.rate_limit
                          AND now() < qs.window_start + make_interval(secs => qs.rate_period)
                     THEN qs.window_start + make_interval(secs => qs.rate_period) END
-                   AS window_opens
+                   AS window_opens,
+               CASE WHEN p_rate_limit IS NOT NULL THEN
+                   (SELECT ww.window_end FROM {schema}.worker_windows ww
+                    WHERE ww.queue = q.queue AND ww.window_count >= p_rate_limit
+                      AND now() < ww.window_end) END AS worker_window_opens
         FROM unnest(p_queues) AS q(queue)
         LEFT JOIN {schema}.queue_settings qs ON qs.queue = q.queue
     ),
@@ -140,7 +148,7 @@ BEGIN
                     WHERE j.status = 'pending' AND (j.pending_deps = 0 OR NOT j.waits)
                       AND j.queue = s.queue
                       AND j.kind = ANY(p_kinds)),
-                   s.limited_until, s.window_opens) AS at,
+                   s.limited_until, s.window_opens, s.worker_window_opens) AS at,
                s.concurrency IS NOT NULL OR s.group_concurrency IS NOT NULL AS is_capped
         FROM settings s
         WHERE NOT coalesce(s.paused, false)

@@ -1,0 +1,130 @@
+"""The dashboard's actions as bull-board has them, each read back through the facade's API
+(BullMQ's words) or the engine's: promote all, clean by state and age, the queue's limits for
+every worker, a job's priority and data, and a removal that returns to the job's queue."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+
+import bullmq_compat
+from pgjobs import JobFilter, JobQueue
+from tests.dashboard.clients import client_for, csrf_of
+from tests.factories import insert_job
+
+
+@pytest.fixture
+async def client(jobs: JobQueue) -> AsyncIterator[httpx.AsyncClient]:
+    async with client_for(jobs) as c:
+        yield c
+
+
+@pytest.fixture
+async def queue(jobs: JobQueue) -> AsyncIterator[bullmq_compat.Queue]:
+    q = bullmq_compat.Queue("acts", {"connection": jobs})
+    yield q
+    await q.close()
+
+
+async def test_promote_all_confirms_the_count_then_makes_every_delayed_job_wait(
+    client: httpx.AsyncClient, queue: bullmq_compat.Queue
+) -> None:
+    delayed = [await queue.add("later", {"n": n}, {"delay": 600_000}) for n in range(3)]
+    waiting = await queue.add("now", {"n": 9})
+    page = await client.get("/queues/acts?state=delayed")
+    assert "Promote all… (3)" in page.text
+    form = {"csrf": csrf_of(page), "matching": "1", "state": "delayed", "do": "promote"}
+    confirm = await client.post("/queues/acts/bulk", data=form)
+    assert "<strong>3</strong> job(s)" in confirm.text and "makes due now" in confirm.text
+    done = await client.post("/queues/acts/bulk", data={**form, "confirmed": "1"})
+    assert done.status_code == 303 and "promote%3A+3+job" in done.headers["location"]
+    assert [await queue.getJobState(j.id) for j in delayed] == ["waiting"] * 3
+    assert await queue.getJobState(waiting.id) == "waiting"
+    assert (await queue.getJobCounts("delayed"))["delayed"] == 0
+
+
+async def test_clean_by_state_and_age_deletes_only_the_older_finished_jobs(
+    client: httpx.AsyncClient, jobs: JobQueue
+) -> None:
+    now = datetime.now(UTC)
+    old = [await insert_job(jobs.pool, jobs.db.schema, queue="cl", status="completed",
+                            finished_at=now - timedelta(days=2)) for _ in range(3)]  # fmt: skip
+    recent = await insert_job(jobs.pool, jobs.db.schema, queue="cl", status="completed")
+    failed = await insert_job(jobs.pool, jobs.db.schema, queue="cl", status="dead",
+                              finished_at=now - timedelta(days=2))  # fmt: skip
+    confirm = await client.get("/queues/cl/purge?sub_state=completed&older_than=86400")
+    assert re.search(
+        r"<strong>3</strong> job\(s\)\s+in sub-state completed finished before", confirm.text
+    )
+    before = re.search(r'name="finished_before" value="([^"]+)"', confirm.text)
+    assert before is not None
+    done = await client.post("/queues/cl/purge", data={
+        "csrf": csrf_of(confirm), "sub_state": "completed", "expected": "3",
+        "finished_before": before.group(1),
+    })  # fmt: skip
+    assert done.status_code == 303 and "purged+3+job" in done.headers["location"]
+    left = {r.id for r in await jobs.list_jobs(JobFilter(queue="cl"))}
+    assert left == {recent, failed} and not left & set(old)
+    bad = await client.get("/queues/cl/purge?sub_state=ready&older_than=60")
+    assert bad.status_code == 400 and "an age applies to finished jobs" in bad.text
+
+
+async def test_the_queue_limits_for_every_worker_are_set_and_cleared(
+    client: httpx.AsyncClient, queue: bullmq_compat.Queue
+) -> None:
+    await queue.add("x", {})
+    page = await client.get("/queues/acts")
+    token = csrf_of(page)
+    done = await client.post("/queues/acts/limits", data={
+        "csrf": token, "rate_max": "5", "rate_seconds": "2", "concurrency": "3",
+    })  # fmt: skip
+    assert done.status_code == 303
+    assert await queue.getGlobalConcurrency() == 3
+    assert await queue.getGlobalRateLimit() == {"max": 5, "duration": 2000}
+    shown = (await client.get(done.headers["location"])).text
+    assert "at most 5 starts per 2 s, at most 3 running" in shown
+    assert "(5 per 2.0 s, 3 running)" in shown
+    await client.post("/queues/acts/limits", data={"csrf": token, "clear": "rate"})
+    await client.post("/queues/acts/limits", data={"csrf": token, "clear": "concurrency"})
+    assert await queue.getGlobalConcurrency() is None
+    assert await queue.getGlobalRateLimit() is None
+    bad = await client.post("/queues/acts/limits", data={"csrf": token, "concurrency": "0"})
+    assert bad.status_code == 400 and "concurrency" in bad.text
+
+
+async def test_a_bullmq_jobs_priority_and_data_are_changed_in_bullmq_s_words(
+    client: httpx.AsyncClient, queue: bullmq_compat.Queue
+) -> None:
+    job = await queue.add("order", {"sku": "a-1"})
+    page = await client.get(f"/jobs/{job.engine_id}")
+    token = csrf_of(page)
+    assert 'name="priority"' in page.text and "BullMQ's: 0 none" in page.text
+    moved = await client.post(f"/jobs/{job.engine_id}/priority",
+                              data={"csrf": token, "priority": "5"})  # fmt: skip
+    assert moved.status_code == 303, moved.text
+    assert (await queue.getJob(job.id)).priority == 5
+    assert await queue.getJobState(job.id) == "prioritized"
+    edited = await client.post(f"/jobs/{job.engine_id}/data",
+                               data={"csrf": token, "data": '{"sku": "b-2", "qty": 3}'})  # fmt: skip
+    assert edited.status_code == 303, edited.text[-600:]
+    assert (await queue.getJob(job.id)).data == {"sku": "b-2", "qty": 3}
+    bad = await client.post(f"/jobs/{job.engine_id}/data", data={"csrf": token, "data": "{"})
+    assert bad.status_code == 400 and "data must be JSON" in bad.text
+    worse = await client.post(f"/jobs/{job.engine_id}/priority",
+                              data={"csrf": token, "priority": "-1"})  # fmt: skip
+    assert worse.status_code == 400 and "priority must be 0 to 2097152" in worse.text
+
+
+async def test_removing_a_job_returns_to_its_queue(
+    client: httpx.AsyncClient, queue: bullmq_compat.Queue
+) -> None:
+    job = await queue.add("gone", {})
+    confirm = await client.get(f"/jobs/{job.engine_id}/remove")
+    done = await client.post(f"/jobs/{job.engine_id}/remove",
+                             data={"csrf": csrf_of(confirm), "confirmed": "1"})  # fmt: skip
+    assert done.status_code == 303 and done.headers["location"].startswith("/queues/acts?")
+    assert await queue.getJob(job.id) is None
