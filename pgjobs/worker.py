@@ -356,7 +356,10 @@ class Worker:
             with contextlib.suppress(*TRANSIENT_ERRORS):
                 await self._db.fetch("notify_queues", [LISTEN_PROBE], self._claimer.handoff_channel)
         self._leases.start()
-        upkeep = asyncio.create_task(self._upkeep(), name="pgjobs-upkeep")
+        # A run until drained is a batch, not part of the fleet: it leaves upkeep to the fleet.
+        upkeep = (
+            None if until_drained else asyncio.create_task(self._upkeep(), name="pgjobs-upkeep")
+        )
         with contextlib.suppress(*TRANSIENT_ERRORS):
             await self._report_presence()
         try:
@@ -366,9 +369,10 @@ class Worker:
                 self._abandoning = True
                 self._hurry.set()
         finally:
-            upkeep.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await upkeep
+            if upkeep is not None:
+                upkeep.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await upkeep
             if not self._db.closed:
                 await self.give_back_unstarted()
             await self._drain_running()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -26,6 +27,8 @@ from pgjobs import (
 )
 from pgjobs.completer import write_outcomes
 from pgjobs.outcomes import Outcome
+from tests.factories import insert_job
+from tests.helpers import eventually
 from tests.interleave import overlap
 from tests.releases import at_release
 
@@ -211,3 +214,33 @@ async def test_truncating_jobs_with_the_counts_in_one_statement_works(
     schema = jobs.db.schema
     await jobs.pool.execute(f"TRUNCATE {schema}.jobs, {schema}.finished_counts CASCADE")
     assert all(n == 0 for n in (await jobs.queue_counts("default")).values())
+
+
+async def test_a_running_worker_folds_the_counts_and_sweeps_the_metrics(
+    jobs: JobQueue, kinds: None
+) -> None:
+    """Upkeep needs no maintenance job: a worker of the fleet folds the counts and sweeps the
+    metrics rollup (a worker run until drained, a batch, leaves it to the fleet)."""
+    for _ in range(3):
+        await jobs.enqueue_batch("w", [{"n": n} for n in range(4)])
+        await jobs.worker(queues=["default"]).run(until_drained=True)
+    earlier = datetime.now(UTC) - timedelta(hours=2)  # past the sweep's settle time
+    await insert_job(jobs.pool, jobs.db.schema, queue="default", status="completed",
+                     finished_at=earlier)  # fmt: skip
+    table = f"{jobs.db.schema}.finished_counts"
+    assert await jobs.pool.fetchval(f"SELECT count(*) FROM {table}") >= 3  # not folded
+    watermark = f"SELECT swept_until FROM {jobs.db.schema}.metrics_watermark"
+    assert await jobs.pool.fetchval(watermark) is None
+    worker = jobs.worker(queues=["other"])
+    running = asyncio.ensure_future(worker.run())
+
+    async def upkept() -> bool:
+        rows = await jobs.pool.fetchval(f"SELECT count(*) FROM {table}")
+        return rows == 1 and await jobs.pool.fetchval(watermark) is not None
+
+    await eventually(upkept)
+    await worker.stop()
+    await running
+    assert (await jobs.queue_counts("default"))[SubState.COMPLETED] == 13
+    swept = await jobs.queue_metrics("default", "hour", earlier - timedelta(hours=1))
+    assert sum(b.completed for b in swept) == 13
