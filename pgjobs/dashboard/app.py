@@ -816,9 +816,7 @@ class Dashboard:
         tab = self.tab_of(name, form)
         do = str(form.get("do") or "")
         if do not in BULK_ACTIONS:
-            raise HTTPException(
-                400, f"unknown action {do!r}: one of {', '.join(BULK_ACTIONS)}"
-            )
+            raise HTTPException(400, f"unknown action {do!r}: one of {', '.join(BULK_ACTIONS)}")
         matching = form.get("matching") == "1"
         filters = self.list_filters(form) if matching else dict.fromkeys(LIST_FILTERS)
         ids: tuple[int, ...] | None = None

@@ -273,6 +273,8 @@ async def test_stress_attaches_without_waiting_claims_and_completions(
     )
     assert early == []
     assert (
-        await jobs.pool.fetchval(f"SELECT count(*) FROM {schema}.job_edges WHERE state <> 'satisfied'")
+        await jobs.pool.fetchval(
+            f"SELECT count(*) FROM {schema}.job_edges WHERE state <> 'satisfied'"
+        )
         == 0
     )
