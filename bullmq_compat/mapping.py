@@ -81,8 +81,19 @@ def engine_queue(prefix: str, name: str) -> str:
 def json_data(value: Any, option: str = "data") -> Any:
     """``value`` as BullMQ stores it: what ``json.loads(json.dumps(value))`` gives back. Raises
     what ``json.dumps`` raises for a value BullMQ's client refuses (TypeError for a set, bytes,
-    a Decimal, a datetime...; ValueError for NaN and infinities), with Python's own message."""
+    a Decimal, a datetime...; ValueError for NaN and infinities), with Python's own message.
+    A plain scalar (None, a bool, an int, a str, a finite float: exactly these types) comes
+    back as it is, which is what that round trip gives: no encoding for a processor's usual
+    return value."""
+    kind = type(value)
+    if kind in _SELF_JSON or (kind is float and math.isfinite(value)):
+        return value
     return json.loads(_COMPACT.encode(value))
+
+
+_SELF_JSON = frozenset({type(None), bool, int, str})
+"""Types whose values a JSON round trip gives back unchanged (exact types: a subclass, an
+IntEnum say, comes back as its base type, so it takes the round trip)."""
 
 
 def stored_data(value: Any) -> tuple[Any, str | None]:

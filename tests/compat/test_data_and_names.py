@@ -244,3 +244,27 @@ async def test_a_key_that_is_an_automatic_id_of_the_queue_wins_over_the_engine_i
     )  # fmt: skip
     assert (await queue.getJob(own.id)).name == "moved"  # type: ignore[union-attr]
     await queue.close()
+
+
+def test_json_data_gives_back_what_a_json_round_trip_gives() -> None:
+    """A plain scalar comes back as it is, without encoding; anything else (a subclass of a
+    scalar type included) as json.loads(json.dumps(value)), with json's errors."""
+    import enum
+    import json
+    import math
+
+    from bullmq_compat import json_data
+
+    class Level(enum.IntEnum):
+        HIGH = 2
+
+    values = [None, True, 0, 2**70, "x\ud800", 1.5, -0.0, Level.HIGH, [1, (2, 3)], {"a": None}]
+    for value in values:
+        expected = json.loads(json.dumps(value))
+        got = json_data(value)
+        assert got == expected and type(got) is type(expected), value
+    assert math.copysign(1, json_data(-0.0)) == -1
+    with pytest.raises(ValueError, match="Out of range float"):
+        json_data(float("inf"))
+    with pytest.raises(TypeError, match="set is not JSON serializable"):
+        json_data({1})
