@@ -9,7 +9,7 @@ from urllib.parse import quote, unquote
 import jinja2
 
 from pgjobs.dashboard.formatting import duration, number, relative, stamp
-from pgjobs.dashboard.views import bullmq_state, flow_outcome
+from pgjobs.dashboard.views import bullmq_priority, bullmq_state, flow_outcome
 
 
 def queue_path(name: str) -> str:
@@ -47,3 +47,4 @@ ENVIRONMENT.filters["stamp"] = _stamp
 ENVIRONMENT.filters["number"] = number
 ENVIRONMENT.globals["flow_outcome"] = flow_outcome
 ENVIRONMENT.globals["bullmq_state"] = bullmq_state
+ENVIRONMENT.globals["bullmq_priority"] = bullmq_priority

@@ -603,3 +603,19 @@ async def test_a_limiter_does_not_outlive_its_worker(bq: Bull) -> None:
     await stop(free, running)
     assert await queue.getGlobalRateLimit() is None
     assert await queue.getJobCountByTypes("completed") == 32
+
+
+async def test_global_limits_set_and_removed_report_what_they_changed(bq: Bull) -> None:
+    """The return values of the global limit calls, as BullMQ's HSET and HDEL give them (this
+    file's facade-only test of the same calls predates the harness; this is its oracle)."""
+    queue = bq.queue()
+    assert await queue.getGlobalConcurrency() is None
+    await queue.setGlobalConcurrency(5)
+    assert await queue.getGlobalConcurrency() == 5
+    assert await queue.removeGlobalConcurrency() == 1
+    assert await queue.removeGlobalConcurrency() == 0
+    assert await queue.setGlobalRateLimit(100, 1000) == 2
+    assert await queue.setGlobalRateLimit(100, 1000) == 0
+    assert await queue.getGlobalRateLimit() == {"max": 100, "duration": 1000}
+    assert await queue.removeGlobalRateLimit() == 2
+    assert await queue.removeGlobalRateLimit() == 0 and await queue.getGlobalRateLimit() is None
