@@ -31,6 +31,7 @@ from pgjobs.errors import (
     PgJobsError,
     PoolClosed,
     PrerequisiteTaken,
+    QueueRunning,
     ScheduleTickTaken,
     SchemaMissing,
     UnknownKind,
@@ -79,7 +80,7 @@ from pgjobs.process import CONNECTION_ERRORS, CommandError, configure_logging, l
 from pgjobs.process import serve as serve_with_signals
 from pgjobs.queues import QueueSettings
 from pgjobs.retrying import retry_delay
-from pgjobs.schedules import SCHEDULE_RUN_KEY, Schedule, Scheduler
+from pgjobs.schedules import SCHEDULE_RUN_KEY, RunNow, Schedule, Scheduler
 from pgjobs.telemetry import Telemetry
 from pgjobs.tracking import Granularity, JobOrder
 from pgjobs.validation import MAX_QUEUE_BYTES
@@ -149,10 +150,12 @@ __all__ = [
     "PriorityPlace",
     "PurgeResult",
     "QueueDescription",
+    "QueueRunning",
     "QueueSettings",
     "QueueStats",
     "Registry",
     "Retry",
+    "RunNow",
     "RunningPolicy",
     "Schedule",
     "ScheduleTickTaken",

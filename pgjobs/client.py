@@ -29,7 +29,7 @@ from pgjobs.enqueue import (
     prepare,
     prepare_batch,
 )
-from pgjobs.errors import InvalidOption
+from pgjobs.errors import InvalidOption, QueueRunning
 from pgjobs.events import EventStream
 from pgjobs.executor import Connection, Database
 from pgjobs.flows import EdgePolicy, Flow, Flows, SubmittedFlow
@@ -56,7 +56,7 @@ from pgjobs.models import (
 from pgjobs.network import Timeouts
 from pgjobs.ops import Operations, PriorityPlace, RunningPolicy
 from pgjobs.queues import QueueControl, QueueSettings
-from pgjobs.schedules import Schedule, Scheduler, Schedules
+from pgjobs.schedules import RunNow, Schedule, Scheduler, Schedules
 from pgjobs.telemetry import Telemetry
 from pgjobs.tracking import Granularity, JobOrder, Tracking, job_row
 from pgjobs.worker import Worker, WorkerOptions
@@ -675,6 +675,15 @@ class JobQueue:
         """Make a delayed job due now; False if it was not a delayed pending job."""
         return await self._ops.promote(job_id, tenant=tenant, any_tenant=any_tenant)
 
+    async def duplicate(
+        self, job_id: int, *, tenant: str | None = None, any_tenant: bool = False
+    ) -> int | None:
+        """Enqueue a copy of job ``job_id`` (in any state), due now: its queue, kind, name,
+        payload, priority, attempts, backoff, retention, group, tenant and metadata, with no
+        job key, dedup key or flow. Returns the new job's id, or None if there is no such job.
+        The copy's kind need not be registered in this process."""
+        return await self._ops.duplicate(job_id, tenant=tenant, any_tenant=any_tenant)
+
     async def update_payload(
         self, job_id: int, data: Any, *, tenant: str | None = None, any_tenant: bool = False
     ) -> bool:
@@ -778,6 +787,42 @@ class JobQueue:
         return await self._ops.purge(
             where or JobFilter(), running, connection, removed_events, take_dependents
         )
+
+    async def obliterate(
+        self, queue: str, *, force: bool = False, removed_events: bool = True
+    ) -> PurgeResult:
+        """Remove every job of ``queue`` and every schedule whose runs go to it, in one
+        transaction: all of it, or (``QueueRunning``, while a job of it runs and ``force`` is
+        False) nothing. With ``force``, running jobs are removed too: their workers' fenced
+        writes become no-ops. A dependent in the queue left with no pending prerequisite goes
+        too (as ``purge(take_dependents=True)``); one elsewhere is released. The queue's
+        settings (pause, limits, label) stay. ``removed_events``: as for ``purge``. The result
+        counts every job removed, the schedules' pending runs included."""
+        validation.queue(queue)
+        runs = 0
+        async with self.transaction() as conn:
+            for schedule in await self.schedules_for(queue):
+                runs += await self._schedules.remove_counting_runs(schedule.name, conn) or 0
+            result = await self._ops.purge(
+                JobFilter(queue=queue), "cancel" if force else "skip", conn,
+                removed_events, True,
+            )  # fmt: skip
+            if result.skipped_running:
+                raise QueueRunning(queue, result.skipped_running)
+        return dataclasses.replace(result, deleted=result.deleted + runs)
+
+    async def schedules_for(self, queue: str) -> list[Schedule]:
+        """The schedules whose runs go to ``queue``: by their own ``queue`` option, else by
+        their kind's (a schedule of a kind not registered here, with no option, is in none)."""
+
+        def queue_of(schedule: Schedule) -> Any:
+            if "queue" in schedule.options:
+                return schedule.options["queue"]
+            if schedule.kind in self.registry:
+                return self.registry.get(schedule.kind).queue
+            return None
+
+        return [s for s in await self._schedules.list() if queue_of(s) == queue]
 
     # -- queue settings --------------------------------------------------------------------
 
@@ -992,6 +1037,11 @@ class JobQueue:
     async def resume_schedule(self, name: str) -> datetime | None:
         """Emit runs of a paused schedule again, skipping those missed; its next run time."""
         return await self._schedules.resume(name)
+
+    async def run_schedule_now(self, name: str) -> RunNow | None:
+        """Make the next run of schedule ``name`` due now, skipping none of its later runs;
+        None when it does not exist, is paused or has none left. See Schedules.run_now."""
+        return await self._schedules.run_now(name)
 
     async def emit_due_schedules(self, *, catch_up: bool = False) -> int:
         """Emit the jobs of due schedule ticks once; see Scheduler for a loop."""

@@ -228,3 +228,16 @@ class ScheduleTickTaken(PgJobsError):
             + (f" (and so were the {tries - 1} ticks after it)" if tries > 1 else "")
             + "; nothing was written"
         )
+
+
+class QueueRunning(PgJobsError):
+    """A queue cannot be obliterated while jobs of it run, unless told to cancel them
+    (``force``); nothing was removed."""
+
+    def __init__(self, queue: str, running: int) -> None:
+        self.queue = queue
+        self.running = running
+        super().__init__(
+            f"queue {queue!r} has {running} running job(s): pass force=True to cancel them "
+            "with the rest; nothing was removed"
+        )

@@ -11,6 +11,7 @@ from pgjobs.errors import InvalidOption
 from pgjobs.executor import Connection, Database
 from pgjobs.kinds import Registry
 from pgjobs.models import JobFilter, LogLine, LogPage, PurgeResult
+from pgjobs.schedules import SCHEDULE_RUN_KEY
 from pgjobs.sql import filters
 
 T = TypeVar("T")
@@ -114,6 +115,11 @@ class Operations:
     async def promote(self, job_id: int, *, tenant: str | None, any_tenant: bool) -> bool:
         row = await self._db.fetchrow("promote", job_id, tenant, any_tenant, self._channel)
         return row is not None
+
+    async def duplicate(self, job_id: int, *, tenant: str | None, any_tenant: bool) -> int | None:
+        return await self._db.fetchval(  # type: ignore[no-any-return]
+            "duplicate_job", job_id, tenant, any_tenant, self._channel, SCHEDULE_RUN_KEY
+        )
 
     # -- edits ------------------------------------------------------------------------------
 

@@ -89,6 +89,15 @@ class Schedule:
     """Paused (``pause_schedule``): it emits nothing until resumed or upserted again."""
 
 
+@dataclass(frozen=True, slots=True)
+class RunNow:
+    """What ``JobQueue.run_schedule_now`` made due: the pending run's job (a materialized
+    schedule), or None (the schedulers emit the run), and the time it was due at before."""
+
+    job_id: int | None
+    was_due_at: datetime | None
+
+
 def _zone(name: str) -> ZoneInfo:
     if not isinstance(name, str) or not name:
         raise InvalidOption("timezone", f"must be an IANA time zone name, got {name!r}")
@@ -324,7 +333,13 @@ class Schedules:
     async def remove(self, name: str, connection: Any = None) -> bool:
         """Remove the schedule (and a materialized one's pending run, unless it has started);
         False if there was none. ``connection``: in that connection's transaction."""
-        return await self._db.fetchrow("remove_schedule", name, conn=connection) is not None
+        return await self.remove_counting_runs(name, connection) is not None
+
+    async def remove_counting_runs(self, name: str, connection: Any = None) -> int | None:
+        """``remove``, returning how many pending runs went with the schedule (0 or 1); None
+        if there was no such schedule."""
+        row = await self._db.fetchrow("remove_schedule", name, conn=connection)
+        return None if row is None else int(row["runs_removed"])
 
     async def pause(self, name: str, connection: Any = None) -> bool:
         """Stop emitting runs of ``name`` until ``resume`` (or an upsert, which redefines it);
@@ -346,6 +361,28 @@ class Schedules:
             removed = len(gone)
         await self._db.fetch("pause_schedule", name, removed, conn=conn)
         return True
+
+    async def run_now(self, name: str) -> RunNow | None:
+        """Make the next run of schedule ``name`` due now, outside its ticks: a materialized
+        schedule's pending run is promoted (it stays the schedule's run, and the next one is
+        made as it starts, as for any run); another schedule's next tick moves to now, and the
+        schedulers emit it and go on from the tick after now, so no later run is skipped.
+        None when the schedule does not exist, is paused or has no run left."""
+        row = await self._db.fetchrow("get_schedule", name)
+        if row is None:
+            return None
+        schedule = _schedule(row)
+        if schedule.paused:
+            return None
+        if not schedule.materialized:
+            moved = await self._db.fetchrow("run_schedule_now", name, self._channel)
+            return None if moved is None else RunNow(None, moved["replaced"])
+        job_id = schedule.pending_job_id
+        if job_id is None:
+            return None
+        # promote: a no-op for a run already due; it stays the schedule's run either way
+        await self._db.fetchrow("promote", job_id, None, True, self._channel)
+        return RunNow(job_id, schedule.next_run_at)
 
     async def resume(self, name: str) -> datetime | None:
         """Emit runs of a paused ``name`` again, from its next time not yet past (the runs

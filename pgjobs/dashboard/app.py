@@ -31,7 +31,7 @@ from pgjobs.client import JobQueue
 from pgjobs.dashboard import graph, job_page, views
 from pgjobs.dashboard.pages import ENVIRONMENT, queue_of, queue_path
 from pgjobs.dashboard.views import QueueName, QueueNames
-from pgjobs.errors import InvalidOption, PgJobsError
+from pgjobs.errors import InvalidOption, PgJobsError, QueueRunning
 from pgjobs.models import FlowFilter, JobFilter, SubState
 
 TenantResolver = Callable[[Request], "str | Awaitable[str | None] | None"]
@@ -552,6 +552,14 @@ class Dashboard:
                 "/schedules",
                 f"schedule {name} {'paused' if done else 'was paused already'}",
             )
+        if action == "run-now":
+            run = await self.jobs.run_schedule_now(name)
+            if run is None:
+                return self.back(
+                    request, "/schedules", f"schedule {name}: paused or no run left, none made"
+                )
+            made = f"job {run.job_id}" if run.job_id else "its next run (the scheduler adds it)"
+            return self.back(request, "/schedules", f"schedule {name}: {made} due now")
         if action == "resume":
             tick = await self.jobs.resume_schedule(name)
             after = f", next run {tick:%Y-%m-%d %H:%M:%S}" if tick else ""
@@ -706,6 +714,11 @@ class Dashboard:
             done = await self.set_priority(job_id, form.get("priority", ""), scope)
         elif action == "data":
             done = await self.set_data(job_id, form.get("data", ""), scope)
+        elif action == "duplicate":  # bull-board's "Duplicate": a copy, added now
+            copy = await self.jobs.duplicate(job_id, **scope)
+            if copy is None:
+                raise HTTPException(404, f"no job {job_id}")
+            return self.back(request, f"/jobs/{copy}", f"job {copy} added: a copy of job {job_id}")
         elif action == "remove":
             row = await self.jobs.get(job_id, **scope)
             if row is None:
@@ -793,6 +806,8 @@ class Dashboard:
             await self.jobs.resume(queue)
         elif action == "limits":  # BullMQ's setGlobalRateLimit / setGlobalConcurrency
             return self.back(request, here, await self.set_limits(name, await request.form()))
+        elif action == "obliterate":
+            return await self.obliterate(request, name)
         elif action == "retry-failed":  # bull-board's "Retry all": every dead job, due now
             ids = await self.jobs.requeue_dead(JobFilter(queue=queue))
             return self.back(
@@ -802,6 +817,45 @@ class Dashboard:
             raise HTTPException(404, f"no action {action!r}")
         back = here if (await request.form()).get("from") == "queue" else "/"
         return self.back(request, back, f"queue {name.shown}: {action}d")
+
+    async def obliterate_confirm(self, request: Request) -> Response:
+        """What obliterating the queue removes (its jobs by state, its schedules), and a field
+        to type its name in: the one action here that cannot be taken back."""
+        self.queue_wide(await self.tenant(request))
+        if self.read_only:
+            raise HTTPException(403, "this dashboard is read-only")
+        name = await self.named_queue(request)
+        bullmq = name.dialect == views.BULLMQ
+        waiting = await self.unprioritized(name.queue, None) if bullmq else 0
+        counts = views.tab_counts(name.dialect, await self.jobs.queue_counts(name.queue), waiting)
+        return await self.render(
+            request, "obliterate", refresh=None, qname=name, tabs=views.tabs_of(name.dialect),
+            tab_counts=counts, schedules=await self.jobs.schedules_for(name.queue), bullmq=bullmq,
+        )  # fmt: skip
+
+    async def obliterate(self, request: Request, name: QueueName) -> Response:
+        """Obliterate the queue once its name was typed: every job (running ones too when
+        asked) and its schedules, in one transaction; BullMQ's queues write no 'removed'
+        events, as BullMQ's obliterate."""
+        form = await request.form()
+        here = f"/queues/{queue_path(name.segment)}"
+        if form.get("confirm_name") != name.shown:
+            return self.back(
+                request, f"{here}/obliterate",
+                f"nothing removed: type the queue's name, {name.shown}, to obliterate it",
+            )  # fmt: skip
+        try:
+            result = await self.jobs.obliterate(
+                name.queue, force=form.get("force") == "1",
+                removed_events=name.dialect != views.BULLMQ,
+            )  # fmt: skip
+        except QueueRunning as exc:
+            return self.back(
+                request, f"{here}/obliterate",
+                f"nothing removed: {exc.running} job(s) are running; tick the box to cancel "
+                "them with the rest",
+            )  # fmt: skip
+        return self.back(request, here, f"queue {name.shown} obliterated: {result.deleted} job(s)")
 
     async def bulk(self, request: Request) -> Response:
         """An action on the selected jobs of a queue's list, or on every job matching its
@@ -950,6 +1004,7 @@ def create_app(
         Route("/queues/{queue:str}/metrics", d.metrics),
         Route("/queues/{queue:str}/purge", d.purge_confirm, methods=["GET"]),
         Route("/queues/{queue:str}/purge", d.purge, methods=["POST"]),
+        Route("/queues/{queue:str}/obliterate", d.obliterate_confirm, methods=["GET"]),
         Route("/queues/{queue:str}/bulk", d.bulk, methods=["POST"]),
         Route("/queues/{queue:str}/{action:str}", d.queue_action, methods=["POST"]),
         # A queue named with '/' typed as it reads (the links quote it): its page, not a 405.

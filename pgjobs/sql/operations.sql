@@ -74,6 +74,30 @@ WHERE id = $1 AND status = 'pending' AND run_at > now()
   AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text)
 RETURNING queue, pg_notify($4, queue);
 
+-- name: duplicate_job
+-- A copy of job $1 (of tenant $2 unless $3) as a new pending job, due now: the same queue,
+-- kind, name, payload, priority, attempts and deferrals allowed, backoff, retention, group,
+-- tenant, metadata (without the schedule-run mark $5: a copy is no run of a schedule) and
+-- event recording; no job key, dedup key, flow or prerequisites. Its 'added' event and the
+-- wake-up of an idle worker as for any enqueue ($4: the notification channel). Returns the
+-- new id, or no row when there is no such job.
+WITH ins AS (
+    INSERT INTO {schema}.jobs (queue, kind, name, payload, priority, run_at, max_attempts,
+                               max_deferrals, backoff, group_key, tenant, metadata, retention,
+                               record_events)
+    SELECT j.queue, j.kind, j.name, j.payload, j.priority, now(), j.max_attempts,
+           j.max_deferrals, j.backoff, j.group_key, j.tenant,
+           CASE WHEN jsonb_typeof(j.metadata) = 'object' AND j.metadata ? $5::text
+                THEN nullif(j.metadata - $5::text, '{}') ELSE j.metadata END,
+           j.retention, j.record_events
+    FROM {schema}.jobs j
+    WHERE j.id = $1 AND ($3::bool OR j.tenant IS NOT DISTINCT FROM $2::text)
+    RETURNING {fragment:inserted_columns}
+),
+{fragment:added_events}
+SELECT ins.id, {schema}.wake(ARRAY[ins.queue], (SELECT array_agg(queue) FROM added), $4, true)
+FROM ins;
+
 -- name: job_kind
 SELECT kind FROM {schema}.jobs WHERE id = $1 AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text);
 

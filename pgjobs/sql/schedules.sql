@@ -121,6 +121,16 @@ WHERE name = $1;
 -- Wake the schedulers (an empty payload on the jobs channel, as upsert_schedule sends).
 SELECT pg_notify($1, '');
 
+-- name: run_schedule_now
+-- Schedule $1, not materialized, running and with a run left: its next run is due now (the
+-- scheduler emits it as any due tick, then goes on from the tick after now); $2 the channel
+-- that wakes the schedulers. Returns the run it replaced.
+UPDATE {schema}.schedules s SET next_run_at = now(), updated_at = now()
+FROM (SELECT name, next_run_at FROM {schema}.schedules WHERE name = $1 FOR UPDATE) o
+WHERE s.name = o.name AND NOT s.materialized AND s.paused_at IS NULL
+  AND s.next_run_at IS NOT NULL
+RETURNING o.next_run_at AS replaced, pg_notify($2, '');
+
 -- name: resume_schedule
 -- Schedule $1 (locked) runs again, next at $2.
 UPDATE {schema}.schedules SET paused_at = NULL, next_run_at = $2, updated_at = now()

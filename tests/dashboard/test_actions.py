@@ -128,3 +128,71 @@ async def test_removing_a_job_returns_to_its_queue(
                              data={"csrf": csrf_of(confirm), "confirmed": "1"})  # fmt: skip
     assert done.status_code == 303 and done.headers["location"].startswith("/queues/acts?")
     assert await queue.getJob(job.id) is None
+
+
+async def test_duplicate_adds_a_waiting_copy_that_bullmq_reads_with_a_new_id(
+    client: httpx.AsyncClient, queue: bullmq_compat.Queue, jobs: JobQueue
+) -> None:
+    job = await queue.add("invoice", {"n": 7}, {"jobId": "inv-7", "delay": 600_000})
+    page = await client.get(f"/jobs/{job.engine_id}")
+    assert "Duplicate" in page.text
+    done = await client.post(f"/jobs/{job.engine_id}/duplicate", data={"csrf": csrf_of(page)})
+    assert done.status_code == 303 and "a+copy+of+job" in done.headers["location"]
+    copy_id = done.headers["location"].split("?")[0].rsplit("/", 1)[1]
+    copy = await queue.getJob(copy_id)  # no custom id: its engine id is its BullMQ id
+    assert copy is not None and (copy.name, copy.data) == ("invoice", {"n": 7})
+    assert await queue.getJobState(copy_id) == "waiting"
+    assert await queue.getJobState("inv-7") == "delayed"  # the original is untouched
+    missing = await client.post("/jobs/999999999/duplicate", data={"csrf": csrf_of(page)})
+    assert missing.status_code == 404
+
+
+async def test_obliterate_needs_the_queues_name_and_removes_jobs_and_schedulers(
+    client: httpx.AsyncClient, queue: bullmq_compat.Queue, jobs: JobQueue
+) -> None:
+    for n in range(3):
+        await queue.add("a", {"n": n})
+    await queue.add("b", {}, {"delay": 600_000})
+    await queue.upsertJobScheduler("digest", {"every": 3_600_000}, {"name": "d"})
+    other = bullmq_compat.Queue("kept", {"connection": jobs})
+    kept = await other.add("k", {})
+    [running] = await jobs.claim(["bull:acts"], kinds=["bullmq"])
+    page = await client.get("/queues/acts/obliterate")
+    assert re.search(r'id="obliterate-count">.*<strong>5</strong> in all.*1 schedule', page.text)
+    assert "<th>Waiting</th><td>3</td>" in page.text and 'name="force"' in page.text
+    assert "<th>scheduler</th><td>digest</td>" in page.text
+    token = csrf_of(page)
+    wrong = await client.post("/queues/acts/obliterate", data={"csrf": token,
+                                                               "confirm_name": "act"})  # fmt: skip
+    assert wrong.status_code == 303 and "type+the+queue" in wrong.headers["location"]
+    busy = await client.post("/queues/acts/obliterate", data={"csrf": token,
+                                                              "confirm_name": "acts"})  # fmt: skip
+    assert "1+job%28s%29+are+running" in busy.headers["location"]
+    assert (await queue.getJobCounts("waiting"))["waiting"] == 3  # nothing removed
+    done = await client.post("/queues/acts/obliterate",
+                             data={"csrf": token, "confirm_name": "acts", "force": "1"})  # fmt: skip
+    assert done.status_code == 303 and "obliterated%3A+5+job" in done.headers["location"]
+    counts = await queue.getJobCounts()
+    assert sum(counts.values()) == 0, counts
+    assert await queue.getJobSchedulers() == []
+    assert await other.getJobState(kept.id) == "waiting"
+    assert not await running.complete(None)
+    await other.close()
+
+
+async def test_a_bullmq_scheduler_reads_in_bullmq_words_and_runs_now(
+    client: httpx.AsyncClient, queue: bullmq_compat.Queue
+) -> None:
+    await queue.upsertJobScheduler(
+        "digest", {"pattern": "0 3 * * *"}, {"name": "send-digest", "data": {"to": "all"}}
+    )
+    [before] = await queue.getDelayed()
+    page = await client.get("/schedules")
+    [row] = re.findall(r'<tr class="schedule">.*?</tr>', page.text, re.S)
+    assert "data-scheduler>digest</span>" in row and "send-digest" in row
+    assert '{"to": "all"}' in row and "<code>0 3 * * *</code>" in row
+    [run_now] = re.findall(r'action="([^"]*/run-now)"', row)
+    done = await client.post(run_now, data={"csrf": csrf_of(page)})
+    assert done.status_code == 303 and "due+now" in done.headers["location"]
+    assert await queue.getJobState(before.id) == "waiting"  # the same iteration, due now
+    assert await queue.getDelayed() == []

@@ -340,8 +340,8 @@ async def test_the_schedules_page_shows_runs_and_pauses_resumes_and_removes(
         assert schedule is not None and schedule.next_run_at is not None
         assert schedule.next_run_at.strftime("%Y-%m-%d %H:%M:%S") in nightly
         actions = re.findall(r'action="([^"]*nightly[^"]*)"', nightly)
-        assert [a.rsplit("/", 1)[1] for a in actions] == ["pause", "remove"]
-        paused = await client.post(actions[0], data={"csrf": csrf_of(page)})
+        assert [a.rsplit("/", 1)[1] for a in actions] == ["run-now", "pause", "remove"]
+        paused = await client.post(actions[1], data={"csrf": csrf_of(page)})
         assert paused.status_code == 303
         after = await client.get("/schedules")
         nightly_after = next(

@@ -1,0 +1,127 @@
+"""The operator's tools beside purge: a copy of a job (duplicate), a queue removed with its
+schedules (obliterate), and a schedule's next run made due now (run_schedule_now)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pydantic
+import pytest
+
+from pgjobs import (
+    SCHEDULE_RUN_KEY,
+    JobContext,
+    JobFilter,
+    JobQueue,
+    QueueRunning,
+    Registry,
+    Status,
+)
+from tests.factories import insert_job
+
+
+class Item(pydantic.BaseModel):
+    n: int = 0
+
+
+@pytest.fixture
+def kinds(registry: Registry) -> None:
+    @registry.kind("x", input=Item, queue="tools", max_attempts=4, priority=3)
+    async def x(ctx: JobContext, item: Item) -> int:
+        return item.n
+
+
+async def test_a_duplicate_copies_the_job_without_its_keys_and_is_due_now(
+    jobs: JobQueue, kinds: None
+) -> None:
+    original = await jobs.enqueue(
+        "x", {"n": 5}, job_key="k1", dedup_key="d1", delay=3600, group_key="g",
+        metadata={"who": "me", SCHEDULE_RUN_KEY: {"iteration": 3}}, events=True,
+    )  # fmt: skip
+    copy_id = await jobs.duplicate(original.id)
+    assert copy_id is not None and copy_id != original.id
+    a, b = await jobs.get(original.id), await jobs.get(copy_id)
+    assert a is not None and b is not None
+    same = ("queue", "kind", "name", "payload", "priority", "max_attempts", "group_key")
+    assert {f: getattr(b, f) for f in same} == {f: getattr(a, f) for f in same}
+    assert (b.job_key, b.dedup_key, b.flow_id, b.status) == (None, None, None, Status.PENDING)
+    assert b.metadata == {"who": "me"}  # a copy is no run of a schedule
+    assert b.run_at <= datetime.now(UTC) < a.run_at
+    assert a.job_key == "k1" and a.status is Status.PENDING  # the original is untouched
+    events = await jobs.db.pool.fetch(
+        f"SELECT event, added FROM {jobs.schema}.job_events ORDER BY id"
+    )
+    assert [e["event"] for e in events] == ["added", "added"]
+    [claimed] = await jobs.claim(["tools"], kinds=["x"], limit=5)  # the copy alone is due
+    assert claimed.id == copy_id
+    assert await jobs.duplicate(10**12) is None
+
+
+async def test_a_duplicate_of_a_kind_this_process_does_not_run_keeps_its_payload(
+    jobs: JobQueue,
+) -> None:
+    finished = await insert_job(jobs.pool, jobs.schema, queue="far", kind="elsewhere",
+                                status="dead", payload='{"raw": [1, 2]}')  # fmt: skip
+    copy_id = await jobs.duplicate(finished)
+    row = await jobs.get(copy_id) if copy_id else None
+    assert row is not None and row.kind == "elsewhere" and row.payload == {"raw": [1, 2]}
+    assert row.status is Status.PENDING and row.attempts == 0
+
+
+async def test_obliterate_removes_the_queues_jobs_and_schedules_and_nothing_else(
+    jobs: JobQueue, kinds: None
+) -> None:
+    ids = [(await jobs.enqueue("x", {"n": n})).id for n in range(3)]
+    other = await jobs.enqueue("x", {"n": 9}, queue="kept")
+    await jobs.upsert_schedule("tick", "x", {"n": 1}, every=60)  # the kind's queue: tools
+    await jobs.upsert_schedule("tock", "x", {"n": 1}, every=60, queue="kept")
+    [running] = await jobs.claim(["tools"], kinds=["x"])
+    with pytest.raises(QueueRunning) as refused:
+        await jobs.obliterate("tools")
+    assert refused.value.running == 1 and "force=True" in str(refused.value)
+    assert len(await jobs.list_jobs(JobFilter(queue="tools"))) == 3  # nothing removed
+    assert await jobs.get_schedule("tick") is not None
+    result = await jobs.obliterate("tools", force=True)
+    assert result.deleted == 3 and await jobs.list_jobs(JobFilter(queue="tools")) == []
+    assert await jobs.get_schedule("tick") is None
+    assert await jobs.get_schedule("tock") is not None
+    assert await jobs.get(other.id) is not None
+    assert not await running.complete(1)  # its fenced write is a no-op
+    assert [await jobs.get(i) for i in ids] == [None, None, None]
+
+
+async def test_run_now_makes_the_next_run_due_without_skipping_a_later_one(
+    jobs: JobQueue, kinds: None
+) -> None:
+    await jobs.upsert_schedule("nightly", "x", {"n": 2}, cron="0 3 * * *")
+    before = await jobs.get_schedule("nightly")
+    assert before is not None and before.next_run_at is not None
+    run = await jobs.run_schedule_now("nightly")
+    assert run is not None and run.job_id is None and run.was_due_at == before.next_run_at
+    assert await jobs.emit_due_schedules() == 1
+    after = await jobs.get_schedule("nightly")
+    assert after is not None and after.emitted == 1
+    assert after.next_run_at == before.next_run_at  # the 03:00 run still comes
+    [emitted] = await jobs.list_jobs(JobFilter(queue="tools"))
+    assert emitted.status is Status.PENDING and emitted.payload == {"n": 2}
+    await jobs.pause_schedule("nightly")
+    assert await jobs.run_schedule_now("nightly") is None
+    assert await jobs.run_schedule_now("no such schedule") is None
+
+
+async def test_run_now_promotes_a_materialized_schedules_pending_run(
+    jobs: JobQueue, kinds: None
+) -> None:
+    await jobs.upsert_schedule("hourly", "x", {"n": 3}, every=3600, materialize=True)
+    schedule = await jobs.get_schedule("hourly")
+    assert schedule is not None and schedule.pending_job_id is not None
+    pending = await jobs.get(schedule.pending_job_id)
+    assert pending is not None and pending.sub_state.value == "delayed"
+    run = await jobs.run_schedule_now("hourly")
+    assert run is not None and run.job_id == schedule.pending_job_id
+    promoted = await jobs.get(schedule.pending_job_id)
+    assert promoted is not None and promoted.sub_state.value == "ready"
+    still = await jobs.get_schedule("hourly")
+    assert still is not None and still.pending_job_id == schedule.pending_job_id  # its run
+    [claimed] = await jobs.claim(["tools"], kinds=["x"])
+    assert claimed.id == schedule.pending_job_id
