@@ -581,13 +581,40 @@ class Dashboard:
         at = {p.node.id: p for p in placed}
         lines = [_line(at[e.prerequisite], at[e.dependent], e) for e in view.edges
                  if e.prerequisite in at and e.dependent in at]  # fmt: skip
+        bullmq = bool(view.nodes) and all(n.kind == views.BULLMQ for n in view.nodes)
+        counts: dict[str, int] = {}
+        for node in view.nodes:  # in the words of the flow's jobs
+            state = (views.bullmq_state(node.sub_state, node.priority) if bullmq
+                     else node.sub_state.value)  # fmt: skip
+            counts[state] = counts.get(state, 0) + 1
+        panel = await self.flow_panel(request, view, tenant)
         return await self.render(
             request, "flow", view=view, placed=placed, lines=lines, width=width, height=height,
             node_w=graph.NODE_W, node_h=graph.NODE_H, colours=graph.COLOURS,
-            names=await self.names(),
+            names=await self.names(), bullmq=bullmq, state_counts=counts, panel=panel,
             requeueable=any(n for s, n in view.summary.counts.items()
                             if s in (SubState.FAILED, SubState.CANCELLED)),
         )  # fmt: skip
+
+    async def flow_panel(
+        self, request: Request, view: Any, tenant: str | None
+    ) -> dict[str, Any] | None:
+        """The side panel of the flow's node chosen by ``?node=`` (None without one): the job,
+        its BullMQ fields for a facade job, and its prerequisites done and unfinished."""
+        chosen = request.query_params.get("node")
+        if not chosen:
+            return None
+        node_id = self._int(chosen)
+        if node_id not in {n.id for n in view.nodes}:
+            raise HTTPException(404, f"no job {node_id} in flow {view.summary.id}")
+        row = await self.jobs.get(node_id, **self.scope(tenant))
+        if row is None:
+            return None
+        state = {n.id: n.sub_state for n in view.nodes}
+        before = [e.prerequisite for e in view.edges if e.dependent == node_id]
+        done = sum(state.get(p) is SubState.COMPLETED for p in before)
+        return {"job": row, "bullmq": job_page.bullmq_view(row), "done": done,
+                "unfinished": len(before) - done}  # fmt: skip
 
     async def metrics(self, request: Request) -> Response:
         tenant = await self.tenant(request)

@@ -19,6 +19,7 @@ class Dataset:
     failed_job: int = 0
     """The engine id of a job that failed its three attempts."""
     blocked_flow: int = 0
+    blocked_root: int = 0
     """A flow held by its failed charge-card."""
     active_job: int = 0
     """The job left active, its progress at 40%."""
@@ -137,6 +138,7 @@ async def write(jobs: JobQueue, scale: int = 1) -> Dataset:
     blocked = await jobs.get(roots[0])
     assert blocked is not None and blocked.flow_id is not None
     data.blocked_flow = blocked.flow_id
+    data.blocked_root = blocked.id
 
     # reports: three-level flows left waiting for their children
     for n in range(3):

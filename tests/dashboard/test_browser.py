@@ -69,7 +69,9 @@ async def test_a_thousand_node_flow_renders_and_links_every_node(
     # wrapped into columns: the drawing is wider than tall enough to scroll, not 40,000 px
     box = await page.locator("#dag").bounding_box()
     assert box is not None and box["height"] < 2000
-    await page.locator("#dag a").first.click()
+    await page.locator("#dag a").first.click()  # the job beside the graph, then its page
+    await page.wait_for_url("**/flows/*?node=*")
+    await page.locator("#panel").get_by_text("Open this job").click()
     await page.wait_for_url("**/jobs/*")
 
 

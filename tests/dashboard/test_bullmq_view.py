@@ -215,3 +215,39 @@ async def test_the_flows_filter_takes_a_bullmq_queue_by_its_name(
     assert by_name.count('<a href="/flows/') == by_engine_name.count('<a href="/flows/') == 1
     overview = (await client.get("/")).text  # the FlowProducer described its queue
     assert '<a href="/queues/orders">orders</a>' in row_of(overview, "bull:orders")
+
+
+async def test_a_bullmq_flow_reads_in_bullmq_words_with_a_panel_for_the_chosen_job(
+    jobs: JobQueue, client: httpx.AsyncClient
+) -> None:
+    flows = bullmq_compat.FlowProducer({"connection": jobs})
+    tree = await flows.add({
+        "name": "fulfil", "queueName": "orders", "data": {"order": 5003},
+        "children": [{"name": "charge", "queueName": "payments", "data": {"card": "x"}},
+                     {"name": "receipt", "queueName": "emails", "data": {"to": "a@b"}}],
+    })  # fmt: skip
+    await flows.close()
+    for ctx in await jobs.claim(["bull:payments", "bull:emails"], kinds=["bullmq"], limit=2):
+        if ctx.name == "charge":
+            await ctx.fail(RuntimeError("card declined"))
+        else:
+            await ctx.complete({"sent": True})
+    parent = tree["job"]
+    flow_id = (await jobs.get(int(parent.id))).flow_id  # type: ignore[union-attr]
+    page = (await client.get(f"/flows/{flow_id}")).text
+    counts = re.search(r'<p id="flow-counts">(.*?)</p>', page, re.S)
+    assert counts is not None
+    assert "waiting-children 1" in counts.group(1) and "failed 1" in counts.group(1)
+    assert "completed 1" in counts.group(1) and "waiting_children" not in counts.group(1)
+    assert 'id="panel"' not in page and ">waiting-children</span>" in page  # the legend
+    chosen = (await client.get(f"/flows/{flow_id}?node={parent.id}")).text
+    panel = re.search(r'<aside class="node-panel" id="panel">(.*?)</aside>', chosen, re.S)
+    assert panel is not None
+    assert "fulfil" in panel.group(1) and "waiting-children</span>" in panel.group(1)
+    assert "1 done · 1 unfinished" in panel.group(1) and "&#34;order&#34;: 5003" in panel.group(1)
+    assert f'href="/jobs/{parent.id}">Open this job' in panel.group(1)
+    [charge] = [c["job"] for c in tree["children"] if c["job"].name == "charge"]
+    failed = (await client.get(f"/flows/{flow_id}?node={charge.id}")).text
+    assert "card declined" in failed and "failed</span>" in failed
+    assert (await client.get(f"/flows/{flow_id}?node=999999")).status_code == 404
+    assert (await client.get(f"/flows/{flow_id}?node=x")).status_code == 404

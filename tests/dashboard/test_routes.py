@@ -507,7 +507,7 @@ async def test_a_flow_page_shows_what_blocks_it_and_offers_the_requeue(
     assert len(satisfied) == 1 and "stroke-dasharray" in satisfied[0]
     assert "Requeue failed and cancelled nodes" in page  # the flow still runs, yet is stuck
     assert 'id="node-legend"' in page and "waiting_children" in page
-    assert re.search(r">#\d+ ", page)  # nodes are told apart by id, not only by name
+    assert re.search(r">#\d+<", page)  # nodes are told apart by id, not only by name
 
 
 async def test_metrics_charts_have_axes_their_own_colours_and_say_when_empty(
