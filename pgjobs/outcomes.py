@@ -111,24 +111,29 @@ def _jsonb_safe(record: dict[str, Any]) -> dict[str, Any]:
     return {key: jsonvalue.strip_nul(v) if isinstance(v, str) else v for key, v in record.items()}
 
 
-def _dead(ctx: Claim, exc: BaseException, **fields: Any) -> Outcome:
-    return Outcome(ctx.id, ctx.lock_token, "dead", error_json=_error(exc, ctx), **fields)
+def _dead(ctx: Claim, exc: BaseException, worker: str | None, **fields: Any) -> Outcome:
+    error = _error(exc, ctx) if worker is None else _error(exc, ctx, worker=worker)
+    return Outcome(ctx.id, ctx.lock_token, "dead", error_json=error, **fields)
 
 
-def _retry_or_dead(ctx: Claim, exc: BaseException, delay: float) -> Outcome:
+def _retry_or_dead(ctx: Claim, exc: BaseException, delay: float, worker: str | None) -> Outcome:
     if ctx.attempts >= ctx.max_attempts:
-        return _dead(ctx, exc)
-    return Outcome(ctx.id, ctx.lock_token, "pending", delay=delay, error_json=_error(exc, ctx))
+        return _dead(ctx, exc, worker)
+    error = _error(exc, ctx) if worker is None else _error(exc, ctx, worker=worker)
+    return Outcome(ctx.id, ctx.lock_token, "pending", delay=delay, error_json=error)
 
 
-def decide(ctx: Claim, backoff: Backoff | str, exc: BaseException) -> Outcome:
-    """The outcome of a handler that raised ``exc`` (ENGINE.md, "Handler outcomes")."""
+def decide(
+    ctx: Claim, backoff: Backoff | str, exc: BaseException, worker: str | None = None
+) -> Outcome:
+    """The outcome of a handler that raised ``exc`` (ENGINE.md, "Handler outcomes"); an error
+    record names ``worker``, the one that ran the attempt, when given."""
     if isinstance(exc, Fatal | InvalidJobInput):
-        return _dead(ctx, exc)
+        return _dead(ctx, exc, worker)
     if isinstance(exc, Delayed):
         deferrals = ctx.deferrals + 1
         if ctx.max_deferrals > 0 and deferrals >= ctx.max_deferrals:
-            return _dead(ctx, exc, refund_attempt=1, deferred=1)
+            return _dead(ctx, exc, worker, refund_attempt=1, deferred=1)
         return Outcome(
             ctx.id, ctx.lock_token, "pending", delay=exc.after, refund_attempt=1, deferred=1
         )
@@ -136,13 +141,13 @@ def decide(ctx: Claim, backoff: Backoff | str, exc: BaseException) -> Outcome:
         if not exc.counted:
             return Outcome(ctx.id, ctx.lock_token, "pending", refund_attempt=1)
         if ctx.max_deferrals > 0 and ctx.deferrals + 1 >= ctx.max_deferrals:
-            return _dead(ctx, exc, refund_attempt=1, deferred=1)
+            return _dead(ctx, exc, worker, refund_attempt=1, deferred=1)
         return Outcome(ctx.id, ctx.lock_token, "pending", refund_attempt=1, deferred=1)
     if isinstance(exc, Retry):
-        return _retry_or_dead(ctx, exc, exc.after)
+        return _retry_or_dead(ctx, exc, exc.after, worker)
     if isinstance(backoff, str):  # the stored JSON, parsed only when a retry needs it
         backoff = Backoff.from_json(jsonvalue.loads(backoff))
-    return _retry_or_dead(ctx, exc, backoff.seconds(ctx.attempts))
+    return _retry_or_dead(ctx, exc, backoff.seconds(ctx.attempts), worker)
 
 
 def deferred_failure(ctx: Claim, failure: dict[str, Any]) -> Outcome:

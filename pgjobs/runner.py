@@ -18,11 +18,16 @@ logger = logging.getLogger("pgjobs.runner")
 
 
 async def run(
-    kind: Kind[Any], payload: str, backoff: Backoff | str, ctx: JobContext
+    kind: Kind[Any],
+    payload: str,
+    backoff: Backoff | str,
+    ctx: JobContext,
+    worker: str | None = None,
 ) -> Outcome | None:
     """Validate the stored payload, call the handler, map the result. None: write nothing
     (the job is no longer ours, or ``ctx.completing()`` already completed it). A job carrying
-    a deferred failure (it stalled past its queue's stall budget) fails with it unrun."""
+    a deferred failure (it stalled past its queue's stall budget) fails with it unrun. A
+    failure's error record names ``worker`` (the one running it), when given."""
     if ctx.deferred_failure is not None:
         return deferred_failure(ctx, ctx.deferred_failure)
     try:
@@ -49,5 +54,5 @@ async def run(
                 exc,
             )
             return None
-        return decide(ctx, backoff, exc)
+        return decide(ctx, backoff, exc, worker)
     return Outcome(ctx.id, ctx.lock_token, "completed", output_json=output)

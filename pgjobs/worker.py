@@ -652,7 +652,9 @@ class Worker:
                     advancing = self._advancing.pop(ctx.id, None)
                     if advancing is not None:  # a schedule's run starts once its next run exists
                         await asyncio.shield(advancing)
-                    outcome = await runner.run(kind, row["payload"], row["backoff"], ctx)
+                    outcome = await runner.run(
+                        kind, row["payload"], row["backoff"], ctx, self.name
+                    )
                 except asyncio.CancelledError:
                     # Cancelled by stop() past its timeout (release it, unless abandoning) or by
                     # a lost heartbeat (drop it).
@@ -704,7 +706,7 @@ class Worker:
     async def _refused(self, ctx: JobContext, row: ClaimedRow) -> tuple[Outcome, Written]:
         """The job returned with prerequisites still pending (attached while it ran): its
         completion was refused, and the attempt fails as if it had raised that."""
-        outcome = decide(ctx, row["backoff"], PendingPrerequisites(ctx.id))
+        outcome = decide(ctx, row["backoff"], PendingPrerequisites(ctx.id), self.name)
         return outcome, await self._completer.submit(outcome)
 
     def _count(self, outcome: Outcome) -> None:

@@ -4,8 +4,9 @@ bar, and a facade job in BullMQ's words. Pure helpers plus one read (``context``
 template is ``templates/job.html``.
 
 Times are shown one way everywhere on the page, in UTC to the second
-(``2026-12-06 15:30:26 UTC``), each beside how long ago it was. The engine records no
-worker name for a claim, so the timeline names none.
+(``2026-12-06 15:30:26 UTC``), each beside how long ago it was. A failed attempt names the
+worker that ran it (its error record does); the engine records no worker for an attempt that
+succeeded.
 """
 
 from __future__ import annotations

@@ -43,10 +43,12 @@ async def test_a_failed_job_shows_the_users_frames_first_and_folds_the_engines(
         charge_card(data)
 
     job = await jobs.enqueue("charge", {"n": 7})
-    await jobs.worker(queues=["pay"]).run(until_drained=True)
+    await jobs.worker(queues=["pay"], name="night <shift>").run(until_drained=True)
     async with client_for(jobs) as client:
         page = (await client.get(f"/jobs/{job.id}")).text
     error = section(page, "last-error")
+    assert "on worker night &lt;shift&gt;" in section(page, "failed-on")  # who ran it
+    assert page.count("on worker night &lt;shift&gt;") == 3  # and each attempt
     assert "<strong>ValueError</strong>: card declined for order &lt;7&gt;" in error
     assert page.index('id="last-error"') < page.index('id="timeline"')  # the error on top
     user = error.index("test_job_page.py&#34;, line")
