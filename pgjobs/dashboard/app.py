@@ -28,7 +28,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from pgjobs.client import JobQueue
-from pgjobs.dashboard import graph, job_page, views
+from pgjobs.dashboard import charts, graph, job_page, views
 from pgjobs.dashboard.pages import ENVIRONMENT, queue_of, queue_path
 from pgjobs.dashboard.views import QueueName, QueueNames
 from pgjobs.errors import InvalidOption, PgJobsError, QueueRunning
@@ -103,68 +103,6 @@ def _labels(**labels: str) -> str:
 
 def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
-
-
-def _sparkline(values: list[int], width: int = 120, height: int = 24) -> str:
-    """A tiny SVG of counts (numbers only: nothing user-supplied goes in)."""
-    if not values:
-        return ""
-    top = max(max(values), 1)
-    step = width / max(len(values) - 1, 1)
-    points = " ".join(
-        f"{i * step:.1f},{height - (v / top) * (height - 2) - 1:.1f}" for i, v in enumerate(values)
-    )
-    return (
-        f'<svg width="{width}" height="{height}" class="spark"><polyline fill="none" '
-        f'stroke="#23364d" points="{points}"/></svg>'
-    )
-
-
-METRIC_COLOURS = {"completed": "#4c9a4c", "failed": "#d04848", "cancelled": "#8a8a8a"}
-
-
-def _bars(
-    values: list[int],
-    labels: list[str],
-    colour: str = "#6c9bd2",
-    width: int = 900,
-    height: int = 160,
-) -> str:
-    """A bar chart as SVG with its axes: the largest value on the y axis, the first and last
-    bucket on the x axis, each bar's value in its tooltip; "no data" when every bucket is 0."""
-    left, bottom = 40, 18
-    plot_w, plot_h = width - left, height - bottom - 6
-    top = max(max(values, default=0), 1)
-    bar = plot_w / max(len(values), 1)
-    rects = "".join(
-        f'<rect x="{left + i * bar:.1f}" y="{6 + plot_h - v / top * plot_h:.1f}" '
-        f'width="{max(bar - 1, 1):.1f}" height="{v / top * plot_h:.1f}" fill="{colour}">'
-        f"<title>{label}: {v}</title></rect>"
-        for i, (v, label) in enumerate(zip(values, labels, strict=True))
-    )
-    axes = (
-        f'<line x1="{left}" y1="6" x2="{left}" y2="{6 + plot_h}" stroke="#888"/>'
-        f'<line x1="{left}" y1="{6 + plot_h}" x2="{width}" y2="{6 + plot_h}" stroke="#888"/>'
-        f'<text x="{left - 4}" y="14" text-anchor="end" class="axis">{top}</text>'
-        f'<text x="{left - 4}" y="{6 + plot_h}" text-anchor="end" class="axis">0</text>'
-    )
-    if labels:
-        axes += (
-            f'<text x="{left}" y="{height - 3}" class="axis">{labels[0]}</text>'
-            f'<text x="{width}" y="{height - 3}" text-anchor="end" class="axis">{labels[-1]}</text>'
-        )
-    empty = (
-        ""
-        if any(values)
-        else (
-            f'<text x="{left + plot_w / 2}" y="{6 + plot_h / 2}" text-anchor="middle" '
-            f'class="no-data">no data in this period</text>'
-        )
-    )
-    return (
-        f'<svg width="{width}" height="{height}" class="bars" font-size="11" fill="currentColor">'
-        f'{axes}{rects}{empty}</svg><p class="muted">total {sum(values)}</p>'
-    )
 
 
 def _sub_states(where: JobFilter) -> list[SubState]:
@@ -345,7 +283,11 @@ class Dashboard:
         bullmq_rows: list[dict[str, Any]] = []
         native_rows: list[dict[str, Any]] = []
         hour_ago = datetime.now(UTC) - timedelta(hours=1)
-        for stats in await self.jobs.queue_stats():
+        wanted = (request.query_params.get("q") or "").strip().casefold()
+        every = await self.jobs.queue_stats()
+        for stats in every:
+            if wanted and wanted not in names.of(stats.queue).shown.casefold():
+                continue  # the filter box: a part of the queue's name
             counts = stats.counts
             if tenant is not None:
                 counts = await self.jobs.substate_counts(
@@ -356,7 +298,7 @@ class Dashboard:
                 spark = ""
             else:
                 buckets = await self.jobs.queue_metrics(stats.queue, "minute", hour_ago)
-                spark = _sparkline([b.completed + b.dead for b in buckets])
+                spark = charts.sparkline([b.completed + b.dead for b in buckets])
             name = names.of(stats.queue)
             bullmq = name.dialect == views.BULLMQ
             waiting = await self.unprioritized(stats.queue, tenant) if bullmq else 0
@@ -371,6 +313,7 @@ class Dashboard:
         return await self.render(
             request, "queues", bullmq_queues=bullmq_rows, native_queues=native_rows,
             bullmq_tabs=views.BULLMQ_TABS[1:], engine_tabs=views.ENGINE_TABS[1:],
+            wanted=request.query_params.get("q") or "", total=len(every),
         )  # fmt: skip
 
     @staticmethod
@@ -452,6 +395,10 @@ class Dashboard:
         settings = None if tenant is not None else await self.jobs.queue_settings(queue)
         serving = [w for w in await self.jobs.list_workers() if queue in w.queues]
         pending = sum(n for s, n in counts.items() if s not in FINISHED and s != SubState.ACTIVE)
+        throughput = None
+        if tenant is None:  # the rollup is queue-wide, across tenants
+            hour_ago = datetime.now(UTC) - timedelta(minutes=59)
+            throughput = charts.throughput(await self.jobs.queue_metrics(queue, "minute", hour_ago))
 
         def query(**changes: Any) -> str:
             values = {**{k: v for k, v in filters.items() if v}, "state": tab.key,
@@ -463,7 +410,7 @@ class Dashboard:
             page=page, pages=_pages(page, total), total=total, filters=filters, tab=tab,
             tabs=views.tabs_of(name.dialect), tab_counts=tab_counts, oldest=oldest,
             bullmq=bullmq, settings=settings, serving=serving, pending=pending, order=order,
-            history_since=since, payload_scan=PAYLOAD_SCAN,
+            history_since=since, payload_scan=PAYLOAD_SCAN, throughput=throughput,
             sub_states=SUB_STATES, query=query,
         )  # fmt: skip
 
@@ -628,13 +575,14 @@ class Dashboard:
         end = datetime.now(UTC)
         buckets = await self.jobs.queue_metrics(queue, granularity, end - spans[granularity], end)  # type: ignore[arg-type]
         labels = [b.start.strftime("%Y-%m-%d %H:%M") for b in buckets]
-        charts = [
-            (name, _bars([getattr(b, field) for b in buckets], labels, METRIC_COLOURS[name]))
-            for name, field in (("completed", "completed"), ("failed", "dead"),
-                                ("cancelled", "cancelled"))
+        colours = charts.METRIC_COLOURS
+        figures = [
+            (state, charts.bars([getattr(b, field) for b in buckets], labels, colours[state]))
+            for state, field in (("completed", "completed"), ("failed", "dead"),
+                                 ("cancelled", "cancelled"))
         ]  # fmt: skip
         return await self.render(
-            request, "metrics", qname=name, charts=charts, colours=METRIC_COLOURS,
+            request, "metrics", qname=name, charts=figures, colours=colours,
             granularity=granularity,
         )  # fmt: skip
 

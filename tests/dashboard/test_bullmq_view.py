@@ -251,3 +251,20 @@ async def test_a_bullmq_flow_reads_in_bullmq_words_with_a_panel_for_the_chosen_j
     assert "card declined" in failed and "failed</span>" in failed
     assert (await client.get(f"/flows/{flow_id}?node=999999")).status_code == 404
     assert (await client.get(f"/flows/{flow_id}?node=x")).status_code == 404
+
+
+async def test_the_queues_page_filters_queues_by_a_part_of_their_name(
+    jobs: JobQueue, client: httpx.AsyncClient
+) -> None:
+    for name in ("emails", "email-bounces", "orders"):
+        queue = bullmq_compat.Queue(name, {"connection": jobs})
+        await queue.add("x", {})
+        await queue.close()
+    await jobs.pause("native-mail")
+    page = (await client.get("/?q=MAIL")).text
+    shown = re.findall(r'<tr data-queue="([^"]+)"', page)
+    assert sorted(shown) == ["bull:email-bounces", "bull:emails", "native-mail"]
+    assert "3 of 4 queues match" in page and 'value="MAIL"' in page
+    none = (await client.get("/?q=%3Cnothing%3E")).text
+    assert "No queue's name holds “&lt;nothing&gt;”" in none and "<nothing>" not in none
+    assert len(re.findall(r'<tr data-queue="', (await client.get("/")).text)) == 4

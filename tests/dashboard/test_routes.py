@@ -646,3 +646,27 @@ async def test_a_payload_filter_reads_a_bounded_window_of_history_and_says_so(
     unbounded = await client.get("/queues/hist?state=completed")
     assert 'id="history-window"' not in unbounded.text
     assert len(re.findall(r"<tr data-job=", unbounded.text)) == 8
+
+
+async def test_a_queue_page_shows_its_throughput_of_the_last_hour(
+    jobs: JobQueue, registry: Any
+) -> None:
+    @registry.kind("tick", input=dict, queue="tp", max_attempts=1)
+    async def tick(ctx: Any, data: dict[str, Any]) -> None:
+        if data.get("fail"):
+            raise RuntimeError("no")
+
+    for n in range(3):
+        await jobs.enqueue("tick", {"n": n})
+    await jobs.enqueue("tick", {"fail": True})
+    await jobs.worker(queues=["tp"]).run(until_drained=True)
+    async with client_for(jobs) as client:
+        page = (await client.get("/queues/tp")).text
+    panel = re.search(r'<details class="throughput" id="throughput" open>(.*?)</details>', page,
+                      re.S)  # fmt: skip
+    assert panel is not None
+    text = re.sub(r"<[^>]+>", "", panel.group(1))
+    assert "3 completed, 1 failed in the last hour" in text
+    buckets = await jobs.queue_metrics("tp", "minute", datetime.now(UTC) - timedelta(hours=1))
+    assert f"{max(b.completed for b in buckets)} peak / min" in text and "59 min ago" in text
+    assert panel.group(1).count("<polyline") == 2
