@@ -116,6 +116,7 @@ class Claimer:
         slots: int,
         poll_interval: float,
         worker_id: uuid.UUID | None = None,
+        worker_name: str | None = None,
         outage: Outage | None = None,
         rate_limit: tuple[int, float] | None = None,
     ) -> None:
@@ -138,6 +139,8 @@ class Claimer:
         self._warned_about_listen = False
         self.worker_id = worker_id
         """The worker's id, under which it registers for hand-offs (None: it never does)."""
+        self.worker_name = worker_name
+        """The worker's name, recorded on each job it starts (``JobRow.worker``)."""
         self.hand_offs = False
         """Register for hand-offs when idle (the worker sets it for a run, not an until-drained
         one)."""
@@ -182,6 +185,7 @@ class Claimer:
             self._seen,
             max_jobs,
             per_seconds,
+            self.worker_name,
         )
         rows: list[ClaimedRow] = list(claimed)
         if registered:

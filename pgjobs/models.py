@@ -130,7 +130,11 @@ class JobRow:
     """Times the job's lease ended while it ran (its worker stopped heartbeating)."""
     errors: list[Any]
     """The error of each failed attempt (and lease expiry), oldest first, the last 20:
-    ``type``, ``message``, ``traceback``, ``attempt``, ``at``. ``last_error`` is the newest."""
+    ``type``, ``message``, ``traceback``, ``attempt``, ``at``, and ``worker`` (the name of the
+    worker that ran it). ``last_error`` is the newest."""
+    worker: str | None
+    """The name of the worker that started the latest attempt (None: not started by a worker,
+    or claimed by hand)."""
     sub_state: SubState
 
 

@@ -257,6 +257,7 @@ class Worker:
             slots=concurrency,
             poll_interval=float(poll_interval),
             worker_id=worker_uuid,
+            worker_name=self.name,
             outage=self._outage,
             rate_limit=own_limit,
         )

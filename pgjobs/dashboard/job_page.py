@@ -4,9 +4,8 @@ bar, and a facade job in BullMQ's words. Pure helpers plus one read (``context``
 template is ``templates/job.html``.
 
 Times are shown one way everywhere on the page, in UTC to the second
-(``2026-12-06 15:30:26 UTC``), each beside how long ago it was. A failed attempt names the
-worker that ran it (its error record does); the engine records no worker for an attempt that
-succeeded.
+(``2026-12-06 15:30:26 UTC``), each beside how long ago it was. The timeline names the worker
+that started the latest attempt, and each failed attempt the worker that ran it.
 """
 
 from __future__ import annotations
@@ -144,9 +143,9 @@ class Step:
 
 
 def timeline(row: JobRow, now: datetime) -> list[Step]:
-    """Added, waited, started, ran, finished; for a job not finished, how long it has been
-    running or waiting, or when it is due. ``started_at`` is the start of the latest attempt:
-    with earlier attempts, the wait before it includes them, and says so."""
+    """Added, waited, started (by which worker), ran, finished; for a job not finished, how
+    long it has been running or waiting, or when it is due. ``started_at`` is the start of the
+    latest attempt: with earlier attempts, the wait before it includes them, and says so."""
     steps = [Step("added", at=row.created_at)]
     earlier = max(row.attempts - (1 if row.status is Status.RUNNING else 0), 0)
     if row.started_at is not None:
@@ -159,7 +158,8 @@ def timeline(row: JobRow, now: datetime) -> list[Step]:
             )
         )
         label = "started" if attempt <= 1 else f"started attempt {number(attempt)}"
-        steps.append(Step(label, at=row.started_at))
+        by = f"by worker {row.worker}" if row.worker else ""
+        steps.append(Step(label, at=row.started_at, note=by))
     if row.finished_at is not None and row.status in _FINISHED_AS:
         start = row.started_at or row.created_at
         if row.started_at is not None:

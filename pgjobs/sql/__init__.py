@@ -23,7 +23,7 @@ JOB_COLUMNS = (
     "id, queue, kind, name, payload, output, status, priority, run_at, attempts, max_attempts, "
     "deferrals, max_deferrals, backoff, dedup_key, group_key, flow_id, pending_deps, tenant, "
     "metadata, progress, last_error, created_at, started_at, finished_at, heartbeat_at, job_key, "
-    "retention, stalls, errors, "
+    "retention, stalls, errors, worker, "
     "{schema}.sub_state(status, pending_deps, waits, run_at, attempts) AS sub_state"
 )
 

@@ -117,11 +117,11 @@ FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
 -- A worker's claim: as claim, after withdrawing the worker's registration for hand-offs ($6,
 -- NULL when it has none; $7: the lock tokens of the hand-offs it has seen since it registered,
 -- sql/schema/hand_offs.sql). The hand-offs it had not seen come first. $8 starts per $9
--- seconds: the worker's own rate limit (NULL: none).
+-- seconds: the worker's own rate limit (NULL: none). $10: its name, recorded on each job.
 SELECT {fragment:claimed_columns}
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
      LATERAL {schema}.claim_for_worker($6::uuid, $7::uuid[], $1::text[], $2::text[], $3::int,
-                                       $4::float8, $5::int, $8::int, $9::float8) AS c;
+                                       $4::float8, $5::int, $8::int, $9::float8, $10::text) AS c;
 
 -- name: withdraw_idle_worker
 -- End worker $1's registration for hand-offs; the hand-offs it has not seen ($2: the lock

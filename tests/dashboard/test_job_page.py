@@ -49,6 +49,10 @@ async def test_a_failed_job_shows_the_users_frames_first_and_folds_the_engines(
     error = section(page, "last-error")
     assert "on worker night &lt;shift&gt;" in section(page, "failed-on")  # who ran it
     assert page.count("on worker night &lt;shift&gt;") == 3  # and each attempt
+    started = re.search(r'<li class="moment" data-step="started attempt 2">(.*?)</li>', page)
+    assert started is not None and "by worker night &lt;shift&gt;" in started.group(1)
+    row = await jobs.get(job.id)
+    assert row is not None and row.worker == "night <shift>"
     assert "<strong>ValueError</strong>: card declined for order &lt;7&gt;" in error
     assert page.index('id="last-error"') < page.index('id="timeline"')  # the error on top
     user = error.index("test_job_page.py&#34;, line")

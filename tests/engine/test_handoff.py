@@ -89,7 +89,8 @@ def _claim_statement(jobs: JobQueue, worker: uuid.UUID) -> Any:
 
     async def run(conn: Any) -> Any:
         return await jobs.db.fetch(
-            "claim_for_worker", ["default"], ["x"], 1, 30.0, 0, worker, [], None, None, conn=conn
+            "claim_for_worker", ["default"], ["x"], 1, 30.0, 0, worker, [], None, None, None,
+            conn=conn,
         )
 
     return run
@@ -171,7 +172,7 @@ async def _registered(jobs: JobQueue, worker_id: str) -> bool:
 
 @pytest.mark.usefixtures("kinds")
 async def test_an_idle_worker_is_handed_the_job_by_the_enqueue(jobs: JobQueue) -> None:
-    worker = await _started_idle(jobs)
+    worker = await _started_idle(jobs, name="idle-1")
     handed, claimed = worker.stats.handed, worker.stats.claimed
     try:
         async with jobs.events(["default"]) as stream:
@@ -185,7 +186,9 @@ async def test_an_idle_worker_is_handed_the_job_by_the_enqueue(jobs: JobQueue) -
         assert events[0].data["state"] == "ready" and events[1].data == {"attempt": 1}
         await eventually(lambda: _async(worker.stats.handed == handed + 1))
         assert worker.stats.claimed == claimed + 1  # and nothing else
-        assert (await jobs.get(result.id)).status is Status.COMPLETED
+        done = await jobs.get(result.id)
+        assert done is not None and done.status is Status.COMPLETED
+        assert done.worker == "idle-1"  # the enqueue recorded whom it handed the job to
     finally:
         await worker.stop()
     assert not await _registered(jobs, worker.id)  # stopping withdrew the registration

@@ -31,9 +31,10 @@
 -- pick reads jobs_claim_idx, already in claim order. JIT never pays for statements this small.
 -- tests/engine/test_migrate.py measures the pages a claim touches.
 DROP FUNCTION IF EXISTS {schema}.claim_jobs(text[], text[], int, float8, int);
+DROP FUNCTION IF EXISTS {schema}.claim_jobs(text[], text[], int, float8, int, int, float8);
 CREATE OR REPLACE FUNCTION {schema}.claim_jobs(
     p_queues text[], p_kinds text[], p_limit int, p_lease float8, p_ahead int,
-    p_rate_limit int DEFAULT NULL, p_rate_period float8 DEFAULT NULL
+    p_rate_limit int DEFAULT NULL, p_rate_period float8 DEFAULT NULL, p_worker text DEFAULT NULL
 ) RETURNS SETOF {schema}.jobs LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan SET enable_sort = off SET jit = off AS $fn$
 DECLARE
@@ -177,7 +178,7 @@ BEGIN
         UPDATE {schema}.jobs j
         SET status = 'running', attempts = j.attempts + 1, lock_token = gen_random_uuid(),
             heartbeat_at = now(), locked_until = now() + make_interval(secs => p_lease),
-            started_at = now(),
+            started_at = now(), worker = p_worker,
             waits = true  -- once run, it waits for its prerequisites when it goes back
         WHERE j.id = ANY(picked)  -- locked by the pick above: still pending
         RETURNING j.*

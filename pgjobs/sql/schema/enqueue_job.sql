@@ -92,13 +92,13 @@ BEGIN
                     queue, kind, name, payload, priority, run_at, max_attempts, max_deferrals,
                     backoff, dedup_key, group_key, tenant, metadata, job_key, retention, flow_id,
                     pending_deps, record_events, status, attempts, lock_token, heartbeat_at,
-                    locked_until, started_at)
+                    locked_until, started_at, worker)
                 VALUES (p_queue, p_kind, p_name, p_payload::jsonb, p_priority, due,
                         p_max_attempts, p_max_deferrals, p_backoff::jsonb, p_dedup_key,
                         p_group_key, p_tenant, p_metadata::jsonb, p_job_key, p_retention::jsonb,
                         p_flow_id, p_pending_deps, p_record_events, 'running', 1,
                         token, now(), now() + make_interval(secs => slot.lease),
-                        now())
+                        now(), (SELECT k.name FROM {schema}.workers k WHERE k.id = slot.worker))
                 ON CONFLICT DO NOTHING
                 RETURNING * INTO job;
                 IF job.id IS NULL THEN  -- a key conflict: the slot goes back
