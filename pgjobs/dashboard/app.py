@@ -65,6 +65,10 @@ OUTCOMES = ["running", "failed", "completed_with_failures", "completed"]
 LIST_FILTERS = ("sub_state", "kind", "name_prefix", "dedup_key", "payload")
 """The filters of a queue's job list (query string, and the bulk actions' form)."""
 FINISHED = frozenset({SubState.COMPLETED, SubState.FAILED, SubState.CANCELLED})
+EMPTY = "empty"
+"""The purge page's sub-state for emptying a queue: every job waiting to run."""
+WAITING_TO_RUN = (SubState.READY, SubState.DELAYED, SubState.RETRY)
+
 BULK_ACTIONS: dict[str, frozenset[SubState]] = {
     "retry": FINISHED,
     "cancel": frozenset(SubState) - FINISHED,
@@ -940,7 +944,11 @@ class Dashboard:
         queue: str, sub_state: str | None, finished_before: datetime | None = None
     ) -> JobFilter:
         """A purge of ``queue``: of one sub-state, and of finished ones, only those finished
-        before a time (bull-board's clean by state and age); 400 naming what is wrong."""
+        before a time (bull-board's clean by state and age); ``EMPTY``, every job waiting to
+        run (bull-board's "Empty": waiting, prioritized and delayed, retries included); 400
+        naming what is wrong."""
+        if sub_state == EMPTY and finished_before is None:
+            return JobFilter(queue=queue, sub_state=WAITING_TO_RUN)
         if sub_state is not None and sub_state not in SUB_STATES:
             raise HTTPException(400, f"unknown sub_state {sub_state!r}")
         if finished_before is not None and sub_state not in {s.value for s in FINISHED}:

@@ -196,3 +196,26 @@ async def test_a_bullmq_scheduler_reads_in_bullmq_words_and_runs_now(
     assert done.status_code == 303 and "due+now" in done.headers["location"]
     assert await queue.getJobState(before.id) == "waiting"  # the same iteration, due now
     assert await queue.getDelayed() == []
+
+
+async def test_empty_removes_the_jobs_waiting_to_run_and_keeps_the_rest(
+    client: httpx.AsyncClient, queue: bullmq_compat.Queue, jobs: JobQueue
+) -> None:
+    for n in range(3):
+        await queue.add("w", {"n": n})
+    await queue.add("p", {}, {"priority": 3})
+    delayed = await queue.add("d", {}, {"delay": 600_000})
+    [ctx] = await jobs.claim(["bull:acts"], kinds=["bullmq"])  # the prioritized one
+    await ctx.complete("ok")
+    page = await client.get("/queues/acts")
+    assert 'href="/queues/acts/purge?sub_state=empty"' in page.text
+    confirm = await client.get("/queues/acts/purge?sub_state=empty")
+    assert "<h1>Empty acts</h1>" in confirm.text
+    assert "<strong>4</strong> job(s)\nwaiting to run" in confirm.text
+    emptied = await client.post("/queues/acts/purge", data={
+        "csrf": csrf_of(confirm), "sub_state": "empty", "expected": "4"})  # fmt: skip
+    assert emptied.status_code == 303 and "purged+4+job" in emptied.headers["location"]
+    counts = await queue.getJobCounts()
+    assert counts["completed"] == 1 and sum(counts.values()) == 1, counts
+    assert await queue.getJob(delayed.id) is None
+    assert [j.id for j in await queue.getCompleted()] == [str(ctx.id)]
