@@ -123,6 +123,10 @@ def _parser() -> argparse.ArgumentParser:
     dash.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
     dash.add_argument("--port", type=int, default=8765)
     dash.add_argument("--read-only", action="store_true", help="refuse every action")
+    dash.add_argument(
+        "--read-dsn",
+        help="a read replica of the same database: the pages read there (actions go to --dsn)",
+    )
     return parser
 
 
@@ -289,12 +293,18 @@ def _dashboard(args: argparse.Namespace) -> int:
 
     async def serve_dashboard() -> None:
         jobs = await JobQueue.connect(args.dsn, schema=args.schema)
+        reads = None
         try:
             await jobs.check_schema()
-            app = create_app(jobs, read_only=args.read_only)
+            if args.read_dsn:
+                reads = await JobQueue.connect(args.read_dsn, schema=args.schema)
+                await reads.check_schema()
+            app = create_app(jobs, read_only=args.read_only, reads=reads)
             config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
             await uvicorn.Server(config).serve()
         finally:
+            if reads is not None:
+                await reads.close()
             await jobs.close()
 
     asyncio.run(serve_dashboard())

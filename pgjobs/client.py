@@ -1100,6 +1100,12 @@ class JobQueue:
         rows = await self.db.fetch("queue_gauges", None if queues is None else list(queues))
         return {r["queue"]: float(r["lag"]) for r in rows if r["state"] == "ready"}
 
+    async def replica_lag(self) -> float | None:
+        """Seconds this queue's server is behind its primary: None when it is a primary, 0 on
+        a standby that has replayed everything it received (see sql/tracking.sql)."""
+        lag = await self.db.fetchval("replica_lag")
+        return None if lag is None else float(lag)
+
     async def list_workers(self, queue: str | None = None) -> list[WorkerInfo]:
         """The workers running now (seen within three heartbeats), of ``queue`` if given:
         name, host, pid, queues, concurrency, the jobs each holds, since and last seen."""

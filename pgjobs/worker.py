@@ -653,9 +653,7 @@ class Worker:
                     advancing = self._advancing.pop(ctx.id, None)
                     if advancing is not None:  # a schedule's run starts once its next run exists
                         await asyncio.shield(advancing)
-                    outcome = await runner.run(
-                        kind, row["payload"], row["backoff"], ctx, self.name
-                    )
+                    outcome = await runner.run(kind, row["payload"], row["backoff"], ctx, self.name)
                 except asyncio.CancelledError:
                     # Cancelled by stop() past its timeout (release it, unless abandoning) or by
                     # a lost heartbeat (drop it).

@@ -159,8 +159,12 @@ class Dashboard:
         read_only: bool = False,
         tenant_resolver: TenantResolver | None = None,
         root_path: str = "",
+        reads: JobQueue | None = None,
     ) -> None:
         self.jobs = jobs
+        """Where actions write, and what confirmation pages count (the primary)."""
+        self.reads = reads if reads is not None else jobs
+        """Where the pages read (a read replica, when given)."""
         self.read_only = read_only
         self.tenant_resolver = tenant_resolver
         self.root = root_path.rstrip("/")
@@ -190,6 +194,8 @@ class Dashboard:
         context.setdefault("now", datetime.now(UTC))
         period = int(refresh) if refresh in REFRESH_CHOICES else DEFAULT_REFRESH
         context.setdefault("refresh", period or None)
+        if self.reads is not self.jobs:  # the pages read a replica: say how far behind it is
+            context.setdefault("replica_lag", await self.reads.replica_lag())
         html = ENVIRONMENT.get_template(name + ".html").render(
             root=self.root,
             read_only=self.read_only,
@@ -255,7 +261,7 @@ class Dashboard:
 
     async def names(self) -> QueueNames:
         """The queues' names as their applications give them (views.QueueNames)."""
-        return QueueNames(await self.jobs.queue_descriptions())
+        return QueueNames(await self.reads.queue_descriptions())
 
     async def named_queue(self, request: Request) -> QueueName:
         """The queue the request's ``{queue}`` segment names: an engine name or a label."""
@@ -265,7 +271,7 @@ class Dashboard:
         """How many ready jobs of BullMQ queue ``queue`` have no priority (BullMQ's waiting)."""
         where = JobFilter(queue=queue, tenant=tenant, status="pending",
                           priority=views.BULLMQ_NO_PRIORITY)  # fmt: skip
-        return (await self.jobs.substate_counts(where))[SubState.READY]
+        return (await self.reads.substate_counts(where))[SubState.READY]
 
     async def history_window(self, queue: str, counts: dict[SubState, int]) -> datetime | None:
         """Since when a payload filter reads ``queue``'s history: the finish time of the
@@ -274,7 +280,7 @@ class Dashboard:
         since: list[datetime] = []
         for state in views.FINISHED_STATES:
             if counts[state] > PAYLOAD_SCAN:
-                rows = await self.jobs.list_jobs(
+                rows = await self.reads.list_jobs(
                     JobFilter(queue=queue, sub_state=state), limit=1,
                     offset=PAYLOAD_SCAN - 1, order="finished",
                 )  # fmt: skip
@@ -288,20 +294,20 @@ class Dashboard:
         native_rows: list[dict[str, Any]] = []
         hour_ago = datetime.now(UTC) - timedelta(hours=1)
         wanted = (request.query_params.get("q") or "").strip().casefold()
-        every = await self.jobs.queue_stats()
+        every = await self.reads.queue_stats()
         for stats in every:
             if wanted and wanted not in names.of(stats.queue).shown.casefold():
                 continue  # the filter box: a part of the queue's name
             counts = stats.counts
             if tenant is not None:
-                counts = await self.jobs.substate_counts(
+                counts = await self.reads.substate_counts(
                     JobFilter(queue=stats.queue, tenant=tenant)
                 )
                 if not any(counts.values()):
                     continue  # another tenant's queue: not even its name is shown
                 spark = ""
             else:
-                buckets = await self.jobs.queue_metrics(stats.queue, "minute", hour_ago)
+                buckets = await self.reads.queue_metrics(stats.queue, "minute", hour_ago)
                 spark = charts.sparkline([b.completed + b.dead for b in buckets])
             name = names.of(stats.queue)
             bullmq = name.dialect == views.BULLMQ
@@ -381,13 +387,13 @@ class Dashboard:
         oldest = request.query_params.get("oldest") == "1" and order != "recent"
         where = self.job_filter(queue, tenant, filters, tab=tab)
         if tenant is None:  # kept as jobs finish: no count of the history
-            counts = await self.jobs.queue_counts(queue)
+            counts = await self.reads.queue_counts(queue)
         else:
-            counts = await self.jobs.substate_counts(JobFilter(queue=queue, tenant=tenant))
+            counts = await self.reads.substate_counts(JobFilter(queue=queue, tenant=tenant))
         since = await self.history_window(queue, counts) if filters["payload"] else None
         if since is not None:
             where = dataclasses.replace(where, history_since=since)
-        rows = await self.jobs.list_jobs(
+        rows = await self.reads.list_jobs(
             where, limit=PAGE + 1, offset=page * PAGE, order=order,
             oldest_first=tab.oldest_first != oldest,
         )  # fmt: skip
@@ -396,13 +402,14 @@ class Dashboard:
         tab_counts = views.tab_counts(name.dialect, counts, waiting)
         filtered = any(filters.values())
         total = None if filtered else tab_counts[tab.key]
-        settings = None if tenant is not None else await self.jobs.queue_settings(queue)
-        serving = [w for w in await self.jobs.list_workers() if queue in w.queues]
+        settings = None if tenant is not None else await self.reads.queue_settings(queue)
+        serving = [w for w in await self.reads.list_workers() if queue in w.queues]
         pending = sum(n for s, n in counts.items() if s not in FINISHED and s != SubState.ACTIVE)
         throughput = None
         if tenant is None:  # the rollup is queue-wide, across tenants
             hour_ago = datetime.now(UTC) - timedelta(minutes=59)
-            throughput = charts.throughput(await self.jobs.queue_metrics(queue, "minute", hour_ago))
+            buckets = await self.reads.queue_metrics(queue, "minute", hour_ago)
+            throughput = charts.throughput(buckets)
 
         def query(**changes: Any) -> str:
             values = {**{k: v for k, v in filters.items() if v}, "state": tab.key,
@@ -421,11 +428,11 @@ class Dashboard:
     async def job(self, request: Request) -> Response:
         tenant = await self.tenant(request)
         job_id = self._int(request.path_params["job_id"])
-        row = await self.jobs.get(job_id, **self.scope(tenant))
+        row = await self.reads.get(job_id, **self.scope(tenant))
         if row is None:
             raise HTTPException(404, f"no job {job_id}")
         page = await job_page.context(
-            self.jobs, row, request.query_params, self.scope(tenant),
+            self.reads, row, request.query_params, self.scope(tenant),
             queue_name=(await self.names()).of(row.queue),
         )  # fmt: skip
         return await self.render(request, "job", **page)
@@ -440,7 +447,7 @@ class Dashboard:
         where = dict(filters)
         if where["queue"]:  # a BullMQ queue by its name (orders) or the engine's (bull:orders)
             where["queue"] = (await self.names()).resolve(where["queue"]).queue
-        rows = await self.jobs.list_flows(
+        rows = await self.reads.list_flows(
             FlowFilter(tenant=tenant, **where), limit=PAGE + 1, offset=page * PAGE
         )
 
@@ -461,11 +468,11 @@ class Dashboard:
             raise HTTPException(400, "give a job id: /search?id=...")
         found = []
         if wanted.isdigit() and len(wanted) <= 18:
-            row = await self.jobs.get(int(wanted), **self.scope(tenant))
+            row = await self.reads.get(int(wanted), **self.scope(tenant))
             if row is not None:
                 found.append(row)
         if len(wanted.encode()) <= 1024 and "\x00" not in wanted:
-            keyed = await self.jobs.find_by_job_key(wanted, **self.scope(tenant))
+            keyed = await self.reads.find_by_job_key(wanted, **self.scope(tenant))
             found += [row for row in keyed if all(row.id != f.id for f in found)]
         if not found:
             raise HTTPException(404, f"no job with id {wanted!r}")
@@ -476,12 +483,12 @@ class Dashboard:
     async def workers(self, request: Request) -> Response:
         await self._fleet_wide(request)
         return await self.render(
-            request, "workers", workers=await self.jobs.list_workers(), names=await self.names()
+            request, "workers", workers=await self.reads.list_workers(), names=await self.names()
         )
 
     async def schedules(self, request: Request) -> Response:
         await self._fleet_wide(request)
-        schedules = await self.jobs.list_schedules()
+        schedules = await self.reads.list_schedules()
         names = await self.names()
         return await self.render(request, "schedules", schedules=schedules, names=names)
 
@@ -525,7 +532,7 @@ class Dashboard:
     async def flow(self, request: Request) -> Response:
         tenant = await self.tenant(request)
         flow_id = self._int(request.path_params["flow_id"])
-        view = await self.jobs.flow_view(flow_id, **self.scope(tenant))
+        view = await self.reads.flow_view(flow_id, **self.scope(tenant))
         if view is None:
             raise HTTPException(404, f"no flow {flow_id}")
         placed, width, height = graph.layout(view.nodes, view.edges)
@@ -558,7 +565,7 @@ class Dashboard:
         node_id = self._int(chosen)
         if node_id not in {n.id for n in view.nodes}:
             raise HTTPException(404, f"no job {node_id} in flow {view.summary.id}")
-        row = await self.jobs.get(node_id, **self.scope(tenant))
+        row = await self.reads.get(node_id, **self.scope(tenant))
         if row is None:
             return None
         state = {n.id: n.sub_state for n in view.nodes}
@@ -577,7 +584,7 @@ class Dashboard:
         if granularity not in spans:
             raise HTTPException(400, "granularity must be minute, hour or day")
         end = datetime.now(UTC)
-        buckets = await self.jobs.queue_metrics(queue, granularity, end - spans[granularity], end)  # type: ignore[arg-type]
+        buckets = await self.reads.queue_metrics(queue, granularity, end - spans[granularity], end)  # type: ignore[arg-type]
         labels = [b.start.strftime("%Y-%m-%d %H:%M") for b in buckets]
         colours = charts.METRIC_COLOURS
         figures = [
@@ -964,10 +971,14 @@ def create_app(
     read_only: bool = False,
     tenant_resolver: TenantResolver | None = None,
     root_path: str = "",
+    reads: JobQueue | None = None,
 ) -> Starlette:
     """The dashboard on ``jobs``. Mount it (``Mount("/jobs", app=create_app(jobs,
-    root_path="/jobs"))``) or serve it (``pgjobs dashboard``)."""
-    d = Dashboard(jobs, read_only=read_only, tenant_resolver=tenant_resolver, root_path=root_path)
+    root_path="/jobs"))``) or serve it (``pgjobs dashboard``). With ``reads`` (a JobQueue on a
+    read replica of the same schema), the pages read there and say how far behind it is;
+    actions, and the confirmation pages that count what they touch, use ``jobs``."""
+    d = Dashboard(jobs, read_only=read_only, tenant_resolver=tenant_resolver,
+                  root_path=root_path, reads=reads)  # fmt: skip
 
     async def error(request: Request, exc: Exception) -> Response:
         if isinstance(exc, InvalidOption):  # a filter the engine refused: the request's fault

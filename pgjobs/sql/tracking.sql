@@ -156,3 +156,12 @@ FROM buckets b
 LEFT JOIN rolled r ON r.bucket = b.bucket
 LEFT JOIN live l ON l.bucket = b.bucket
 ORDER BY b.bucket;
+
+-- name: replica_lag
+-- How far this server's data is behind its primary, in seconds: NULL on a primary; 0 on a
+-- standby that has replayed all it received (an idle primary sends nothing, and the time of
+-- the last replayed commit would grow for ever); otherwise the age of that commit.
+SELECT CASE WHEN NOT pg_is_in_recovery() THEN NULL
+            WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
+            ELSE greatest(extract(epoch FROM now() - pg_last_xact_replay_timestamp()), 0)
+       END::float8 AS lag;

@@ -42,7 +42,10 @@ async def main() -> None:
         "dashboard-queue-active.png": ("/queues/image-resize?state=active", 1400, "light"),
         "dashboard-job-failed.png": (f"/jobs/{data.failed_job}", 1400, "light"),
         "dashboard-flow.png": (
-            f"/flows/{data.blocked_flow}?node={data.blocked_root}", 1400, "light"),
+            f"/flows/{data.blocked_flow}?node={data.blocked_root}",
+            1400,
+            "light",
+        ),
         "dashboard-schedules.png": ("/schedules", 1400, "light"),
         "dashboard-queue-dark.png": ("/queues/emails", 1400, "dark"),
         "dashboard-queues-phone.png": ("/", 375, "light"),

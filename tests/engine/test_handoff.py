@@ -89,7 +89,17 @@ def _claim_statement(jobs: JobQueue, worker: uuid.UUID) -> Any:
 
     async def run(conn: Any) -> Any:
         return await jobs.db.fetch(
-            "claim_for_worker", ["default"], ["x"], 1, 30.0, 0, worker, [], None, None, None,
+            "claim_for_worker",
+            ["default"],
+            ["x"],
+            1,
+            30.0,
+            0,
+            worker,
+            [],
+            None,
+            None,
+            None,
             conn=conn,
         )
 
