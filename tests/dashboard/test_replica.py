@@ -80,6 +80,11 @@ async def test_pages_read_the_replica_and_say_its_lag_while_actions_go_to_the_pr
         page = await client.get("/queues/mail")
         assert re.search(r'<span class="badge" id="replica"[^>]*>replica, [^<]+ behind', page.text)
         assert f'href="/jobs/{first.id}"' in page.text
+        for path in ("/", "/flows", "/workers", "/schedules", "/queues/mail/metrics",
+                     f"/jobs/{first.id}", f"/search?id={first.id}"):  # fmt: skip
+            answer = await client.get(path)
+            assert answer.status_code in (200, 303), (path, answer.text[-500:])
+            assert answer.status_code == 303 or 'id="replica"' in answer.text, path
         # replay held: the primary moves on, the replica's pages stay behind and say so
         await reads.pool.execute("SELECT pg_wal_replay_pause()")
         try:
