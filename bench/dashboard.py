@@ -21,10 +21,10 @@ from typing import Any
 import httpx
 
 import bullmq_compat
+from bench.history import top_up_history
 from pgjobs import JobQueue
 from pgjobs.dashboard import create_app
 from pgjobs.devserver import find_or_start_postgres
-from pgjobs.maintenance import SweepInput, sweep_metrics
 
 SIZES = (0, 200_000, 1_000_000)
 REQUESTS = 7
@@ -64,46 +64,6 @@ async def seed_small_queues(jobs: JobQueue) -> dict[str, Any]:
     root = await jobs.get(tree["job"].engine_id)
     assert root is not None
     return {"failed": failed.engine_id, "flow": root.flow_id}
-
-
-async def top_up_history(jobs: JobQueue, size: int) -> None:
-    """Finished jobs of queue ``bull:history`` up to ``size``, 1 in 20 failed, finished over
-    the last two days, in the row shape the facade's jobs have once finished."""
-    schema = jobs.db.schema
-    have = await jobs.pool.fetchval(
-        f"SELECT count(*) FROM {schema}.jobs WHERE queue = 'bull:history'"
-    )
-    missing = size - have
-    if missing <= 0:
-        return
-    await jobs.pool.execute(
-        f"""
-        WITH ins AS (
-        INSERT INTO {schema}.jobs (queue, kind, name, payload, output, status, max_attempts,
-                                   attempts, backoff, created_at, started_at, finished_at,
-                                   last_error, metadata, record_events)
-        SELECT 'bull:history', 'bullmq', 'render', jsonb_build_object('n', g),
-               CASE WHEN g % 20 = 0 THEN NULL ELSE '{{"ok": true}}'::jsonb END,
-               CASE WHEN g % 20 = 0 THEN 'dead' ELSE 'completed' END, 1, 1, '{{}}'::jsonb,
-               now() - make_interval(secs => g % 172800 + 1),
-               now() - make_interval(secs => g % 172800 + 0.5),
-               now() - make_interval(secs => g % 172800),
-               CASE WHEN g % 20 = 0
-                    THEN '{{"type": "Error", "message": "render failed"}}'::jsonb END,
-               '{{"opts": {{}}}}'::jsonb, true
-        FROM generate_series($1::bigint, $2::bigint) AS g
-        RETURNING status
-        )  -- counted as import_jobs counts the finished jobs it writes
-        INSERT INTO {schema}.finished_counts (queue, status, n)
-        SELECT 'bull:history', status, count(*) FROM ins GROUP BY status
-        """,
-        have + 1,
-        size,
-    )
-    await jobs.pool.execute(f"ANALYZE {schema}.jobs")
-    # what any running worker does within a minute (Worker._upkeep)
-    await jobs.fold_finished_counts()
-    await sweep_metrics(jobs.db, SweepInput())
 
 
 async def page_times(client: httpx.AsyncClient, paths: dict[str, str]) -> dict[str, float]:

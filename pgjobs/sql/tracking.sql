@@ -36,6 +36,18 @@ SELECT CASE c.status WHEN 'dead' THEN 'failed' ELSE c.status END, sum(c.n)::bigi
 FROM {schema}.finished_counts c WHERE c.queue = $1
 GROUP BY c.status;
 
+-- name: all_counts
+-- Counts per sub-state of every queue together, as queue_counts counts one queue.
+SELECT {schema}.sub_state(j.status, j.pending_deps, j.waits, j.run_at, j.attempts) AS sub_state,
+       count(*) AS n
+FROM {schema}.jobs j
+WHERE {fragment:in_flight}
+GROUP BY 1
+UNION ALL
+SELECT CASE c.status WHEN 'dead' THEN 'failed' ELSE c.status END, sum(c.n)::bigint
+FROM {schema}.finished_counts c
+GROUP BY c.status;
+
 -- name: fold_finished_counts
 -- Fold the finished counts into one row per queue and status (rows summing to 0 go), unless
 -- another session is folding them now; returns how many rows were folded. Concurrent changes

@@ -51,13 +51,28 @@ def kinds(registry: Registry) -> None:
         return item.n
 
 
+async def counted_one_by_one(jobs: JobQueue, queue: str | None = None) -> dict[SubState, int]:
+    """The jobs of ``queue`` (of every queue: None) by sub-state, every row read."""
+    rows = await jobs.pool.fetch(
+        f"SELECT {jobs.db.schema}.sub_state(status, pending_deps, waits, run_at, attempts) AS s,"
+        f" count(*) AS n FROM {jobs.db.schema}.jobs WHERE $1::text IS NULL OR queue = $1"
+        " GROUP BY 1",
+        queue,
+    )
+    counts = dict.fromkeys(SubState, 0)
+    counts.update({SubState(r["s"]): r["n"] for r in rows})
+    return counts
+
+
 async def assert_exact(jobs: JobQueue, *queues: str) -> None:
     """The counts kept agree with the rows counted one by one, queue by queue and overall."""
     stats = {s.queue: s.counts for s in await jobs.queue_stats()}
     for queue in queues:
-        counted = await jobs.substate_counts(JobFilter(queue=queue))
+        counted = await counted_one_by_one(jobs, queue)
         assert await jobs.queue_counts(queue) == counted, queue
+        assert await jobs.substate_counts(JobFilter(queue=queue)) == counted, queue
         assert stats.get(queue, counted) == counted, queue
+    assert await jobs.substate_counts() == await counted_one_by_one(jobs)
 
 
 async def test_every_way_in_and_out_of_finished_keeps_the_counts(
