@@ -138,7 +138,9 @@ async def main(size: int) -> None:
               f"{statistics.median(rates['empty']):,.0f} jobs/s) |")  # fmt: skip
         for label, ms in reads.items():
             print(f"| {label} | {ms:,.1f} ms |")
-        print(f"| pruning the oldest day ({pruned.deleted:,} rows, DELETE) | {prune_seconds:,.1f} s |")
+        print(
+            f"| pruning the oldest day ({pruned.deleted:,} rows, DELETE) | {prune_seconds:,.1f} s |"
+        )
         print(f"| tables before / after pruning | {before:,.0f} / {after:,.0f} MiB |")
 
         # ten simulated days at a steady rate, retention keeping one day
