@@ -10,6 +10,8 @@ ten days (bench/history.py: the engine's row shape, counted as the engine counts
   of 7 in-process requests);
 - pruning the oldest day of history as retention does today (``purge`` with
   ``finished_before``: a DELETE), its time, and the tables' size before and after;
+- the bound of pruning by dropping: the same history copied into a table partitioned by day
+  of finish, one day's partition dropped (its time and the space it gives back);
 - ten simulated days of retention at a steady rate (N/10 jobs a day, each day's jobs added
   and every job older than a day pruned, then a plain VACUUM as autovacuum would run): the
   tables' size each day.
@@ -88,6 +90,47 @@ async def _size_mib(jobs: JobQueue) -> float:
     return float(size or 0) / 2**20
 
 
+async def _drop_bound(jobs: JobQueue, oldest: datetime) -> tuple[int, float, float]:
+    """What pruning by dropping would cost: the history copied into a table partitioned by
+    day of finish (with the jobs table's primary key and finish-time index per partition),
+    then the day after ``oldest`` dropped. Its rows, the seconds the DROP took, the MiB it
+    gave back. The copy is dropped afterwards."""
+    schema = jobs.db.schema
+    start = oldest.replace(hour=0, minute=0, second=0, microsecond=0)
+    days = 12
+    await jobs.pool.execute(
+        f"CREATE TABLE {schema}.history_by_day (LIKE {schema}.jobs INCLUDING DEFAULTS)"
+        " PARTITION BY RANGE (finished_at)"
+    )
+    try:
+        for day in range(days):
+            low, high = start + timedelta(days=day), start + timedelta(days=day + 1)
+            await jobs.pool.execute(
+                f"CREATE TABLE {schema}.history_day_{day} PARTITION OF {schema}.history_by_day"
+                f" FOR VALUES FROM ('{low.isoformat()}') TO ('{high.isoformat()}')"
+            )
+        await jobs.pool.execute(
+            f"INSERT INTO {schema}.history_by_day SELECT * FROM {schema}.jobs"
+            " WHERE finished_at >= $1 AND finished_at < $2",
+            start,
+            start + timedelta(days=days),
+        )
+        await jobs.pool.execute(
+            f"ALTER TABLE {schema}.history_by_day ADD PRIMARY KEY (id, finished_at)"
+        )
+        await jobs.pool.execute(
+            f"CREATE INDEX ON {schema}.history_by_day (queue, status, finished_at, id)"
+        )
+        victim = f"{schema}.history_day_1"
+        rows = await jobs.pool.fetchval(f"SELECT count(*) FROM {victim}")
+        size = await jobs.pool.fetchval(f"SELECT pg_total_relation_size('{victim}')")
+        started = time.perf_counter()
+        await jobs.pool.execute(f"DROP TABLE {victim}")
+        return int(rows), time.perf_counter() - started, float(size) / 2**20
+    finally:
+        await jobs.pool.execute(f"DROP TABLE IF EXISTS {schema}.history_by_day")
+
+
 async def main(size: int) -> None:
     dsn = find_or_start_postgres()
     pool = await create_pool(dsn, min_size=4, max_size=20)
@@ -142,6 +185,11 @@ async def main(size: int) -> None:
             f"| pruning the oldest day ({pruned.deleted:,} rows, DELETE) | {prune_seconds:,.1f} s |"
         )
         print(f"| tables before / after pruning | {before:,.0f} / {after:,.0f} MiB |")
+        bound = await _drop_bound(full, cutoff)
+        print(
+            f"| the bound: the next day dropped from a copy partitioned by finish day "
+            f"({bound[0]:,} rows) | {bound[1] * 1000:,.1f} ms, {bound[2]:,.0f} MiB returned |"
+        )
 
         # ten simulated days at a steady rate, retention keeping one day
         per_day = max(size // 10, 1)

@@ -127,6 +127,29 @@ def _states(sub_state: Any) -> tuple[Any, ...]:
     return tuple(sub_state) if isinstance(sub_state, tuple | list) else (sub_state,)
 
 
+def _in_flight_only(where: JobFilter) -> bool:
+    """Whether ``where`` names only jobs in flight (by sub-state or status)."""
+    states = _states(where.sub_state)
+    if states:
+        try:
+            return all(SubState(s) in _IN_FLIGHT for s in states)
+        except ValueError:
+            return False
+    if where.status is None:
+        return False
+    statuses = where.status if isinstance(where.status, tuple) else (where.status,)
+    try:
+        return all(Status(s) in (Status.PENDING, Status.RUNNING) for s in statuses)
+    except ValueError:
+        return False
+
+
+BY_ID_IN_FLIGHT = ("j.id + 0", "j.id + 0 DESC")
+"""Order ``created`` for jobs in flight: never by walking the primary key, which reads the
+whole history of a queue that has few or none in flight (the plan the statistics choose once
+many jobs were in flight somewhere), but from the partial indexes, then sorted."""
+
+
 def _finish_key(row: JobRow) -> tuple[datetime, int]:
     assert row.finished_at is not None  # a finished sub-state's rows
     return (row.finished_at, row.id)
@@ -194,6 +217,8 @@ class Tracking:
         if order == "recent":
             return await self._recent(where, offset, limit, oldest_first)
         ordering = ORDERS[order][0 if oldest_first else 1]
+        if order == "created" and _in_flight_only(where):
+            ordering = BY_ID_IN_FLIGHT[0 if oldest_first else 1]
         states = _finished_states(where.sub_state)
         if order == "finished" and len(states) > 1 and offset + limit <= MERGED_ROWS:
             # Several finished sub-states by finish time: each read in order from the index of
@@ -215,7 +240,9 @@ class Tracking:
             raise InvalidOption("oldest_first", "order 'recent' lists newest first only")
         if where.sub_state is not None or where.status is not None:
             raise InvalidOption("order", "'recent' lists every state: no status or sub_state")
-        live = await self._fetch(replace(where, sub_state=_IN_FLIGHT), offset, limit, "j.id DESC")
+        live = await self._fetch(
+            replace(where, sub_state=_IN_FLIGHT), offset, limit, BY_ID_IN_FLIGHT[1]
+        )
         if len(live) == limit:
             return live
         if live or offset == 0:

@@ -535,3 +535,41 @@ async def test_several_finished_sub_states_by_finish_time_read_each_and_merge(
         " AND j.finished_at IS NOT NULL ORDER BY j.finished_at DESC, j.id DESC LIMIT 50"
     )
     assert "jobs_finished_idx" in "\n".join(r[0] for r in plan)
+
+
+async def test_in_flight_listings_never_walk_the_history_when_the_statistics_say_busy(
+    jobs: JobQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue with a long history and nothing in flight, planned with statistics taken while
+    another queue held many jobs in flight: its newest jobs (order ``recent``) and its
+    in-flight tabs (order ``created``) read the partial indexes, not the primary key from the
+    newest id down through the whole history."""
+    pool, schema = jobs.db.pool, jobs.schema
+    await pool.execute(
+        f"INSERT INTO {schema}.jobs (queue, kind, name, payload, backoff, max_attempts, status,"
+        " finished_at) SELECT 'h', 'k', 'k', '{}', '{}', 1, 'completed', now()"
+        " FROM generate_series(1, 20000)"
+    )
+    await pool.execute(
+        f"INSERT INTO {schema}.jobs (queue, kind, name, payload, backoff, max_attempts)"
+        " SELECT 'busy', 'k', 'k', '{}', '{}', 1 FROM generate_series(1, 20000)"
+    )
+    await pool.execute(f"ANALYZE {schema}.jobs")
+    issued: list[tuple[str, tuple[object, ...], dict[str, str]]] = []
+    fetch = jobs.db.fetch
+
+    async def recording(name: str, *args: object, **options: Any) -> Any:
+        if name == "list_jobs":
+            issued.append((name, args, options.get("parts") or {}))
+        return await fetch(name, *args, **options)
+
+    monkeypatch.setattr(jobs.db, "fetch", recording)
+    assert await jobs.list_jobs(JobFilter(queue="h"), order="recent", limit=5) != []
+    assert await jobs.list_jobs(JobFilter(queue="h", sub_state=SubState.READY)) == []
+    assert await jobs.list_jobs(JobFilter(queue="h", status=Status.RUNNING)) == []
+    in_flight = [call for call in issued if "completed" not in str(call[1])]
+    assert len(in_flight) >= 3
+    for name, args, parts in in_flight:
+        text = jobs.db._sql(name, parts)
+        plan = "\n".join(r[0] for r in await pool.fetch("EXPLAIN " + text, *args))
+        assert "jobs_pkey" not in plan and "Seq Scan on jobs" not in plan, plan
