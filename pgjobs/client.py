@@ -28,6 +28,7 @@ from pgjobs.enqueue import (
     insert_one,
     prepare,
     prepare_batch,
+    record_kinds,
 )
 from pgjobs.errors import InvalidOption, QueueRunning
 from pgjobs.events import EventStream
@@ -224,6 +225,12 @@ class JobQueue:
         return await insert_one(
             self.db, prepare(JobSpec(kind, input, **options), self.registry), connection, commit
         )
+
+    async def record_kinds(self) -> None:
+        """Record this registry's kinds and their defaults in the database, so that SQL can
+        enqueue jobs of them (``SELECT {schema}.enqueue(kind, payload, ...)``, docs: Enqueue
+        from SQL). Every worker records its kinds as it starts."""
+        await record_kinds(self.db, self.registry)
 
     async def enqueue_many(
         self,

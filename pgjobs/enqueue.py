@@ -789,3 +789,27 @@ def _kept_args(job: PreparedJob) -> tuple[Any, ...]:
         job.retention,
         job.record_events,
     )
+
+
+async def record_kinds(db: Database, kinds: Iterable[Kind[Any]]) -> None:
+    """Record ``kinds`` and the defaults their jobs take (table kinds), so that SQL can enqueue
+    them as Python does (``{schema}.enqueue``, sql/schema/sql_enqueue.sql)."""
+    document = json.dumps(
+        [
+            {
+                "name": kind.name,
+                "queue": kind.queue,
+                "priority": kind.priority,
+                "max_attempts": kind.max_attempts,
+                "max_deferrals": kind.max_deferrals,
+                "backoff": json.loads(kind.backoff_json),
+                "retention": None
+                if kind.retention_json is None
+                else json.loads(kind.retention_json),
+                "names_jobs": kind.job_name is not None,
+                "groups_jobs": kind.group_key is not None,
+            }
+            for kind in kinds
+        ]
+    )
+    await db.fetch("record_kinds", document)

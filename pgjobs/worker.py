@@ -23,6 +23,7 @@ from pgjobs.claimer import Claimer, handed_row
 from pgjobs.completer import Completer, Written
 from pgjobs.config import cancels_channel, notify_channel
 from pgjobs.context import JobContext
+from pgjobs.enqueue import record_kinds
 from pgjobs.errors import InvalidOption, PendingPrerequisites, PoolClosed
 from pgjobs.executor import TRANSIENT_ERRORS, Database
 from pgjobs.kinds import Kind, Registry
@@ -363,6 +364,7 @@ class Worker:
         )
         with contextlib.suppress(*TRANSIENT_ERRORS):
             await self._report_presence()
+            await record_kinds(self._db, self._kinds.values())  # for enqueues from SQL
         try:
             await self._claimer.run(self, self._stopping, until_drained=until_drained)
             pool_closed = self._db.closed and not self._stopping.is_set()

@@ -136,6 +136,7 @@ DEFINITION_FILES = (
     "hand_offs.sql",
     "wake.sql",
     "enqueue_job.sql",
+    "sql_enqueue.sql",
     "finish_jobs.sql",
     "rescue_stalled_jobs.sql",
     "cancel_and_remove_jobs.sql",

@@ -231,3 +231,25 @@ LIMIT $4;
 SELECT {job_columns} FROM {schema}.jobs
 WHERE queue = $1 AND dedup_key = $2 AND coalesce(tenant, '') = coalesce($3::text, '')
   AND status IN ('pending', 'running');
+
+-- name: record_kinds
+-- Record kinds and their defaults (table kinds; $1: a JSON array of objects with its
+-- columns), replacing what an earlier process recorded of them.
+INSERT INTO {schema}.kinds AS k (name, queue, priority, max_attempts, max_deferrals, backoff,
+                                 retention, names_jobs, groups_jobs)
+SELECT r.name, r.queue, r.priority, r.max_attempts, r.max_deferrals, r.backoff, r.retention,
+       r.names_jobs, r.groups_jobs
+FROM jsonb_to_recordset($1::text::jsonb) AS r(name text, queue text, priority int,
+                                              max_attempts int, max_deferrals int,
+                                              backoff jsonb, retention jsonb, names_jobs bool,
+                                              groups_jobs bool)
+ON CONFLICT (name) DO UPDATE
+SET queue = excluded.queue, priority = excluded.priority,
+    max_attempts = excluded.max_attempts, max_deferrals = excluded.max_deferrals,
+    backoff = excluded.backoff, retention = excluded.retention,
+    names_jobs = excluded.names_jobs, groups_jobs = excluded.groups_jobs, recorded_at = now()
+WHERE (k.queue, k.priority, k.max_attempts, k.max_deferrals, k.backoff, k.retention,
+       k.names_jobs, k.groups_jobs)
+      IS DISTINCT FROM (excluded.queue, excluded.priority, excluded.max_attempts,
+                        excluded.max_deferrals, excluded.backoff, excluded.retention,
+                        excluded.names_jobs, excluded.groups_jobs);
