@@ -56,8 +56,15 @@ def facade_registry() -> Registry:
     """An engine Registry that knows the facade's job kind: what code writing facade jobs
     through the engine (an import, a transactional enqueue of your own) hands to JobQueue."""
     registry = Registry()
-    registry.declare(KIND, input=Any)
+    registry.declare(KIND, input=Any, **kind_defaults())
     return registry
+
+
+def kind_defaults() -> dict[str, Any]:
+    """The facade kind's defaults: what ``Queue.add(name, data)`` without opts gives a job (no
+    priority, one attempt, no backoff), so that a job enqueued from SQL with the kind alone
+    is the same job (docs/porting.md, "Adding jobs from SQL")."""
+    return {"priority": NO_PRIORITY, "max_attempts": 1, "backoff": NO_BACKOFF}
 
 
 DIALECT = "bullmq"

@@ -31,6 +31,7 @@ from bullmq_compat.mapping import (
     events_max_len,
     json_data,
     keep_rule,
+    kind_defaults,
     worker_limiter,
 )
 from bullmq_compat.queue import Queue
@@ -228,10 +229,11 @@ class Worker(EventEmitter):
         """Open the engine and apply the queue settings this worker's options ask for, retrying
         transient failures (each emitted on ``error``) until done or ``close()``."""
         registry = pgjobs.Registry()
+        defaults = kind_defaults()
         if handled:
-            registry.kind(KIND, input=Any, queue=self.qualifiedName)(self._handle)
+            registry.kind(KIND, input=Any, queue=self.qualifiedName, **defaults)(self._handle)
         else:
-            registry.declare(KIND, input=Any, queue=self.qualifiedName)
+            registry.declare(KIND, input=Any, queue=self.qualifiedName, **defaults)
         failures = 0
         while not self._close_requested.is_set():
             try:
