@@ -1046,8 +1046,9 @@ class JobQueue:
         return await self._schedules.resume(name)
 
     async def run_schedule_now(self, name: str) -> RunNow | None:
-        """Make the next run of schedule ``name`` due now, skipping none of its later runs;
-        None when it does not exist, is paused or has none left. See Schedules.run_now."""
+        """Run schedule ``name`` once now, skipping none of its later runs (a materialized
+        schedule: a copy of its pending run; another: its next tick, now); None when it does
+        not exist, is paused or has none left. See Schedules.run_now."""
         return await self._schedules.run_now(name)
 
     async def emit_due_schedules(self, *, catch_up: bool = False) -> int:

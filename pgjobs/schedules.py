@@ -91,8 +91,9 @@ class Schedule:
 
 @dataclass(frozen=True, slots=True)
 class RunNow:
-    """What ``JobQueue.run_schedule_now`` made due: the pending run's job (a materialized
-    schedule), or None (the schedulers emit the run), and the time it was due at before."""
+    """What ``JobQueue.run_schedule_now`` did: the job it added (a materialized schedule's
+    copy of its pending run), or None (the schedulers emit the run), and the time the
+    schedule's next run was due at before."""
 
     job_id: int | None
     was_due_at: datetime | None
@@ -363,11 +364,13 @@ class Schedules:
         return True
 
     async def run_now(self, name: str) -> RunNow | None:
-        """Make the next run of schedule ``name`` due now, outside its ticks: a materialized
-        schedule's pending run is promoted (it stays the schedule's run, and the next one is
-        made as it starts, as for any run); another schedule's next tick moves to now, and the
-        schedulers emit it and go on from the tick after now, so no later run is skipped.
-        None when the schedule does not exist, is paused or has no run left."""
+        """Run schedule ``name`` once now, outside its ticks. A materialized schedule's pending
+        run is copied (``duplicate_job``): one job with the same kind, input and options, due
+        now, keyless and counted as no run of the schedule, whose pending run keeps its time
+        (as bull-board's "Run now" adds a job from a BullMQ scheduler's template). Another
+        schedule's next tick moves to now: the schedulers emit it as a run of the schedule and
+        go on from the tick after now, so no later run is skipped. None when the schedule does
+        not exist, is paused or has no run left."""
         row = await self._db.fetchrow("get_schedule", name)
         if row is None:
             return None
@@ -377,12 +380,12 @@ class Schedules:
         if not schedule.materialized:
             moved = await self._db.fetchrow("run_schedule_now", name, self._channel)
             return None if moved is None else RunNow(None, moved["replaced"])
-        job_id = schedule.pending_job_id
-        if job_id is None:
+        if schedule.pending_job_id is None:
             return None
-        # promote: a no-op for a run already due; it stays the schedule's run either way
-        await self._db.fetchrow("promote", job_id, None, True, self._channel)
-        return RunNow(job_id, schedule.next_run_at)
+        copy = await self._db.fetchval(
+            "duplicate_job", schedule.pending_job_id, None, True, self._channel, SCHEDULE_RUN_KEY
+        )
+        return None if copy is None else RunNow(copy, schedule.next_run_at)
 
     async def resume(self, name: str) -> datetime | None:
         """Emit runs of a paused ``name`` again, from its next time not yet past (the runs

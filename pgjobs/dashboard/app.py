@@ -516,8 +516,9 @@ class Dashboard:
                 return self.back(
                     request, "/schedules", f"schedule {name}: paused or no run left, none made"
                 )
-            made = f"job {run.job_id}" if run.job_id else "its next run (the scheduler adds it)"
-            return self.back(request, "/schedules", f"schedule {name}: {made} due now")
+            made = (f"job {run.job_id} added from its template" if run.job_id
+                    else "its next run is due now (the scheduler adds it)")  # fmt: skip
+            return self.back(request, "/schedules", f"schedule {name}: {made}")
         if action == "resume":
             tick = await self.jobs.resume_schedule(name)
             after = f", next run {tick:%Y-%m-%d %H:%M:%S}" if tick else ""

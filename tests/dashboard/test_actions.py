@@ -193,9 +193,13 @@ async def test_a_bullmq_scheduler_reads_in_bullmq_words_and_runs_now(
     assert '{"to": "all"}' in row and "<code>0 3 * * *</code>" in row
     [run_now] = re.findall(r'action="([^"]*/run-now)"', row)
     done = await client.post(run_now, data={"csrf": csrf_of(page)})
-    assert done.status_code == 303 and "due+now" in done.headers["location"]
-    assert await queue.getJobState(before.id) == "waiting"  # the same iteration, due now
-    assert await queue.getDelayed() == []
+    assert done.status_code == 303 and "added+from+its+template" in done.headers["location"]
+    # as bull-board's Run now: one job from the template, the scheduler's next run untouched
+    assert await queue.getJobState(before.id) == "delayed"
+    [added] = await queue.getWaiting()
+    assert (added.name, added.data) == ("send-digest", {"to": "all"}) and added.id != before.id
+    [scheduler] = await queue.getJobSchedulers()
+    assert scheduler["next"] == before.opts["prevMillis"]
 
 
 async def test_empty_removes_the_jobs_waiting_to_run_and_keeps_the_rest(

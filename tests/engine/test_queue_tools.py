@@ -109,19 +109,22 @@ async def test_run_now_makes_the_next_run_due_without_skipping_a_later_one(
     assert await jobs.run_schedule_now("no such schedule") is None
 
 
-async def test_run_now_promotes_a_materialized_schedules_pending_run(
+async def test_run_now_adds_a_copy_of_a_materialized_schedules_run_and_leaves_it_alone(
     jobs: JobQueue, kinds: None
 ) -> None:
     await jobs.upsert_schedule("hourly", "x", {"n": 3}, every=3600, materialize=True)
     schedule = await jobs.get_schedule("hourly")
     assert schedule is not None and schedule.pending_job_id is not None
-    pending = await jobs.get(schedule.pending_job_id)
-    assert pending is not None and pending.sub_state.value == "delayed"
     run = await jobs.run_schedule_now("hourly")
-    assert run is not None and run.job_id == schedule.pending_job_id
-    promoted = await jobs.get(schedule.pending_job_id)
-    assert promoted is not None and promoted.sub_state.value == "ready"
-    still = await jobs.get_schedule("hourly")
-    assert still is not None and still.pending_job_id == schedule.pending_job_id  # its run
-    [claimed] = await jobs.claim(["tools"], kinds=["x"])
-    assert claimed.id == schedule.pending_job_id
+    assert run is not None and run.job_id not in (None, schedule.pending_job_id)
+    assert run.was_due_at == schedule.next_run_at
+    copy, pending = await jobs.get(run.job_id), await jobs.get(schedule.pending_job_id)
+    assert copy is not None and pending is not None
+    assert copy.sub_state.value == "ready" and pending.sub_state.value == "delayed"
+    assert (copy.payload, copy.queue, copy.job_key) == (pending.payload, pending.queue, None)
+    after = await jobs.get_schedule("hourly")  # untouched: its run, its time, its count
+    assert after is not None
+    assert (after.pending_job_id, after.next_run_at, after.emitted) == (
+        schedule.pending_job_id, schedule.next_run_at, schedule.emitted)  # fmt: skip
+    [claimed] = await jobs.claim(["tools"], kinds=["x"], limit=5)  # the copy alone is due
+    assert claimed.id == run.job_id
