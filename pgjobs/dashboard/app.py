@@ -196,10 +196,15 @@ class Dashboard:
         context.setdefault("refresh", period or None)
         if self.reads is not self.jobs:  # the pages read a replica: say how far behind it is
             context.setdefault("replica_lag", await self.reads.replica_lag())
+        tenant = await self.tenant(request)
+        if tenant is None and status == 200:  # every queue, by its name (a tenant sees its own)
+            names = await self.names()
+            queues = [names.of(queue) for queue in await self.reads.queue_names()]
+            context.setdefault("sidebar", sorted(queues, key=lambda q: q.shown.casefold()))
         html = ENVIRONMENT.get_template(name + ".html").render(
             root=self.root,
             read_only=self.read_only,
-            tenant=await self.tenant(request),
+            tenant=tenant,
             csrf=token,
             message=self.message_of(request),
             pretty=_pretty,

@@ -177,3 +177,39 @@ SELECT CASE WHEN NOT pg_is_in_recovery() THEN NULL
             WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
             ELSE greatest(extract(epoch FROM now() - pg_last_xact_replay_timestamp()), 0)
        END::float8 AS lag;
+
+-- name: queue_names
+-- Every queue's name, in order, without counting anything: the queues with jobs in flight, by
+-- a skip scan of each partial index that holds them (one index probe per queue: the next name
+-- after the last one found), with history (finished_counts) or with settings.
+WITH RECURSIVE
+ready AS (
+    SELECT min(j.queue) AS queue FROM {schema}.jobs j
+    WHERE j.status = 'pending' AND (j.pending_deps = 0 OR NOT j.waits)
+    UNION ALL
+    SELECT (SELECT min(j.queue) FROM {schema}.jobs j
+            WHERE j.status = 'pending' AND (j.pending_deps = 0 OR NOT j.waits)
+              AND j.queue > r.queue)
+    FROM ready r WHERE r.queue IS NOT NULL
+),
+waiting AS (
+    SELECT min(j.queue) AS queue FROM {schema}.jobs j
+    WHERE j.status = 'pending' AND j.pending_deps > 0 AND j.waits
+    UNION ALL
+    SELECT (SELECT min(j.queue) FROM {schema}.jobs j
+            WHERE j.status = 'pending' AND j.pending_deps > 0 AND j.waits AND j.queue > w.queue)
+    FROM waiting w WHERE w.queue IS NOT NULL
+),
+running AS (
+    SELECT min(j.queue) AS queue FROM {schema}.jobs j WHERE j.status = 'running'
+    UNION ALL
+    SELECT (SELECT min(j.queue) FROM {schema}.jobs j
+            WHERE j.status = 'running' AND j.queue > r.queue)
+    FROM running r WHERE r.queue IS NOT NULL
+)
+SELECT queue FROM ready WHERE queue IS NOT NULL
+UNION SELECT queue FROM waiting WHERE queue IS NOT NULL
+UNION SELECT queue FROM running WHERE queue IS NOT NULL
+UNION SELECT queue FROM {schema}.finished_counts
+UNION SELECT queue FROM {schema}.queue_settings
+ORDER BY 1;

@@ -203,3 +203,19 @@ async def test_a_facade_queue_in_bullmq_words_and_each_attempts_error(
     assert "try 2" in await attempts.nth(0).inner_text()  # newest first
     assert "try 1" in await attempts.nth(1).inner_text()
     await queue.close()
+
+
+async def test_the_sidebar_filters_its_queues_as_one_types_and_hides_on_narrow_screens(
+    browser: Browser, base_url: str
+) -> None:
+    page = await browser.new_page(viewport={"width": 1400, "height": 800})
+    await page.goto(base_url + "/?refresh=0")
+    sidebar = page.locator("#sidebar")
+    assert await sidebar.is_visible()
+    every = await sidebar.locator("li").count()
+    assert every >= 2
+    await page.locator("#sidebar-filter").fill("mai")
+    shown = sidebar.locator("li:not([hidden])")
+    assert await shown.count() == 1 and "mail" in (await shown.inner_text())
+    await page.set_viewport_size({"width": 800, "height": 800})
+    assert not await sidebar.is_visible()

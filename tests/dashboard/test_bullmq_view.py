@@ -17,6 +17,7 @@ from bullmq_compat.mapping import NO_PRIORITY
 from pgjobs import InvalidOption, JobFilter, JobQueue, SubState
 from pgjobs.dashboard import views
 from tests.dashboard.clients import client_for, csrf_of
+from tests.factories import insert_job
 
 
 @pytest.fixture
@@ -268,3 +269,24 @@ async def test_the_queues_page_filters_queues_by_a_part_of_their_name(
     none = (await client.get("/?q=%3Cnothing%3E")).text
     assert "No queue's name holds “&lt;nothing&gt;”" in none and "<nothing>" not in none
     assert len(re.findall(r'<tr data-queue="', (await client.get("/")).text)) == 4
+
+
+async def test_every_page_has_a_sidebar_of_queues_by_their_names(
+    jobs: JobQueue, client: httpx.AsyncClient
+) -> None:
+    queue = bullmq_compat.Queue("orders", {"connection": jobs})
+    await queue.add("x", {})
+    await queue.close()
+    await insert_job(jobs.pool, jobs.db.schema, queue="reports", status="completed")  # history
+    await jobs.pause("quiet")  # settings only
+    page = (await client.get("/queues/orders")).text
+    sidebar = re.search(r'<nav class="sidebar" id="sidebar"[^>]*>(.*?)</nav>', page, re.S)
+    assert sidebar is not None
+    listed = re.findall(
+        r'<li data-name="[^"]*"><a href="([^"]+)"([^>]*)>([^<]+)</a>', sidebar.group(1)
+    )
+    assert [name for _, _, name in listed] == ["orders", "quiet", "reports"]
+    assert [attrs for _, attrs, name in listed if name == "orders"] == [' aria-current="page"']
+    assert '<a href="/queues/orders"' in sidebar.group(1)
+    for path in ("/", "/flows", "/schedules", "/workers"):
+        assert 'id="sidebar"' in (await client.get(path)).text, path

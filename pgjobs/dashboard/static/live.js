@@ -6,6 +6,18 @@
 // for the browser tests.
 (function () {
   "use strict";
+  // The sidebar's filter narrows its list of queues as one types (without JavaScript, the
+  // form opens the queues page filtered the same way).
+  var filter = document.getElementById("sidebar-filter");
+  if (filter) {
+    filter.addEventListener("input", function () {
+      var wanted = filter.value.toLowerCase();
+      var items = document.querySelectorAll("#sidebar li");
+      for (var i = 0; i < items.length; i += 1) {
+        items[i].hidden = wanted !== "" && items[i].getAttribute("data-name").indexOf(wanted) < 0;
+      }
+    });
+  }
   var period = Number(document.body.getAttribute("data-refresh") || 0);
   var live = (window.pgjobsLive = { period: period, polls: 0, swaps: 0, held: 0, paused: false });
   if (!period) {
