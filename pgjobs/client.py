@@ -9,7 +9,7 @@ import time
 import weakref
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Unpack
 
 import asyncpg
@@ -1044,6 +1044,18 @@ class JobQueue:
     async def resume_schedule(self, name: str) -> datetime | None:
         """Emit runs of a paused schedule again, skipping those missed; its next run time."""
         return await self._schedules.resume(name)
+
+    async def retime_schedule(
+        self,
+        name: str,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        timezone: str = "UTC",
+    ) -> datetime | None:
+        """Repeat schedule ``name`` on ``cron`` or ``every`` from now on, all else kept; its
+        next run (None: none left, or no such schedule). See Schedules.retime."""
+        return await self._schedules.retime(name, cron=cron, every=every, timezone=timezone)
 
     async def run_schedule_now(self, name: str) -> RunNow | None:
         """Run schedule ``name`` once now, skipping none of its later runs (a materialized

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import asyncpg
 from croniter import CroniterBadCronError, croniter
 
 from pgjobs import jsonvalue, validation
@@ -386,6 +387,71 @@ class Schedules:
             "duplicate_job", schedule.pending_job_id, None, True, self._channel, SCHEDULE_RUN_KEY
         )
         return None if copy is None else RunNow(copy, schedule.next_run_at)
+
+    async def retime(
+        self,
+        name: str,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        timezone: str = "UTC",
+    ) -> datetime | None:
+        """Repeat schedule ``name`` on ``cron`` (in ``timezone``) or ``every`` seconds from now
+        on, keeping its kind, input, job options, bounds and count; returns its next run (None:
+        none left, or no such schedule). A materialized schedule's pending run, not started, is
+        the same job moved to the new next run, under that run's job key, in the same
+        transaction; nothing is written when it raises (``InvalidOption`` naming ``cron`` or
+        ``every``, ``ScheduleTickTaken`` when the new run's job key is another job's). Needs no
+        registry. A BullMQ job scheduler keeps the repeat options it was upserted with in its
+        metadata, which the facade reports: re-time it with ``upsertJobScheduler``."""
+        if (cron is None) == (every is None):
+            raise InvalidOption("cron", "give exactly one of cron and every")
+        _zone(timezone)
+        every_seconds = None
+        if every is not None:
+            every_seconds = validation.delay_seconds(every, "every")
+            if not every_seconds:
+                raise InvalidOption("every", "must be more than 0 seconds")
+        if cron is not None:
+            _check_cron(cron)
+        else:
+            timezone = "UTC"  # an interval has no zone
+
+        async def work(conn: Any) -> datetime | None:
+            row = await self._db.fetchrow("lock_schedule", name, conn=conn)
+            if row is None:
+                return None
+            tick: datetime | None = next_tick(
+                cron=cron, every=every_seconds, timezone=timezone, after=row["db_now"],
+                start_at=row["start_at"],
+            )  # fmt: skip
+            limit = row["emission_limit"]
+            if (limit is not None and row["emitted"] >= limit) or (
+                tick is not None and row["end_at"] is not None and tick > row["end_at"]
+            ):
+                tick = None
+            await self._db.fetch(
+                "retime_schedule", name, cron, every_seconds, timezone, tick, conn=conn
+            )
+            pending = row["pending_job_id"]
+            if row["materialized"] and pending is not None and tick is None:  # none left
+                gone = await self._db.fetch("remove_unstarted_job", pending, None, conn=conn)
+                await self._db.fetch(
+                    "set_pending_run", name, None, None, -len(gone), None, conn=conn
+                )
+            elif row["materialized"] and pending is not None and tick is not None:
+                options = jsonvalue.loads(row["options"])
+                key = _run_key(name, options.get(_KEY_PREFIX), tick)
+                try:
+                    async with conn.transaction():  # a savepoint: a key taken writes nothing
+                        await self._db.fetch("retime_pending_run", pending, tick, key, conn=conn)
+                except asyncpg.UniqueViolationError:
+                    raise ScheduleTickTaken(name, key, 1) from None
+                await self._db.fetch("set_pending_run", name, pending, tick, 0, None, conn=conn)
+            await self._db.fetch("notify_schedules", self._channel, conn=conn)
+            return tick
+
+        return await self._db.in_transaction(work, None)
 
     async def resume(self, name: str) -> datetime | None:
         """Emit runs of a paused ``name`` again, from its next time not yet past (the runs

@@ -515,6 +515,8 @@ class Dashboard:
                 "/schedules",
                 f"schedule {name} {'paused' if done else 'was paused already'}",
             )
+        if action == "edit":
+            return await self.retime_schedule(request, name)
         if action == "run-now":
             run = await self.jobs.run_schedule_now(name)
             if run is None:
@@ -529,6 +531,26 @@ class Dashboard:
             after = f", next run {tick:%Y-%m-%d %H:%M:%S}" if tick else ""
             return self.back(request, "/schedules", f"schedule {name} resumed{after}")
         raise HTTPException(404, f"no action {action!r}")
+
+    async def retime_schedule(self, request: Request, name: str) -> Response:
+        """An engine schedule's new timing from the schedules page's form: ``every`` seconds,
+        or a ``cron`` expression in ``timezone``; 400 naming a bad value."""
+        form = await request.form()
+        every_text = str(form.get("every") or "").strip()
+        cron = str(form.get("cron") or "").strip() or None
+        timezone = str(form.get("timezone") or "").strip() or "UTC"
+        every = None
+        if every_text:
+            try:
+                every = float(every_text)
+            except ValueError:
+                raise HTTPException(400, f"every: seconds, got {every_text!r}") from None
+        try:
+            tick = await self.jobs.retime_schedule(name, cron=cron, every=every, timezone=timezone)
+        except PgJobsError as exc:  # InvalidOption, ScheduleTickTaken
+            raise HTTPException(400, str(exc)) from None
+        after = f", next run {tick:%Y-%m-%d %H:%M:%S} UTC" if tick else ", no run left"
+        return self.back(request, "/schedules", f"schedule {name} re-timed{after}")
 
     async def _fleet_wide(self, request: Request) -> None:
         """Workers and schedules serve every tenant: not shown under a tenant resolver."""

@@ -143,3 +143,16 @@ SELECT s.name, s.pending_job_id FROM {schema}.schedules s
 LEFT JOIN {schema}.jobs j ON j.id = s.pending_job_id
 WHERE s.materialized AND s.pending_job_id IS NOT NULL AND s.kind = ANY($1::text[])
   AND (j.id IS NULL OR j.status <> 'pending');
+
+-- name: retime_schedule
+-- Schedule $1 (locked) repeats on cron $2 or every $3 seconds, in zone $4, next at $5.
+UPDATE {schema}.schedules
+SET cron = $2, every_seconds = $3, timezone = $4, next_run_at = $5, updated_at = now()
+WHERE name = $1;
+
+-- name: retime_pending_run
+-- The pending run $1 of a schedule (not started) moves to $2 under job key $3: the same job,
+-- re-timed. Returns it; no row when it has started meanwhile or is gone.
+UPDATE {schema}.jobs SET run_at = $2, job_key = $3
+WHERE id = $1 AND status = 'pending' AND attempts = 0
+RETURNING id;

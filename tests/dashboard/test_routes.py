@@ -340,7 +340,7 @@ async def test_the_schedules_page_shows_runs_and_pauses_resumes_and_removes(
         assert schedule is not None and schedule.next_run_at is not None
         assert schedule.next_run_at.strftime("%Y-%m-%d %H:%M:%S") in nightly
         actions = re.findall(r'action="([^"]*nightly[^"]*)"', nightly)
-        assert [a.rsplit("/", 1)[1] for a in actions] == ["run-now", "pause", "remove"]
+        assert [a.rsplit("/", 1)[1] for a in actions] == ["run-now", "pause", "remove", "edit"]
         paused = await client.post(actions[1], data={"csrf": csrf_of(page)})
         assert paused.status_code == 303
         after = await client.get("/schedules")
@@ -670,3 +670,41 @@ async def test_a_queue_page_shows_its_throughput_of_the_last_hour(
     buckets = await jobs.queue_metrics("tp", "minute", datetime.now(UTC) - timedelta(hours=1))
     assert f"{max(b.completed for b in buckets)} peak / min" in text and "59 min ago" in text
     assert panel.group(1).count("<polyline") == 2
+
+
+async def test_an_engine_schedule_is_re_timed_from_the_schedules_page(
+    jobs: JobQueue, registry: Any
+) -> None:
+    registry.declare("report", input=dict)
+    await jobs.upsert_schedule("nightly", "report", {}, cron="0 3 * * *")
+    queue = bullmq_compat.Queue("mail", {"connection": jobs})
+    await queue.upsertJobScheduler("digest", {"every": 60_000}, {"name": "d"})
+    async with client_for(jobs) as client:
+        page = await client.get("/schedules")
+        rows = re.findall(r'<tr class="schedule">.*?</tr>', page.text, re.S)
+        nightly = next(r for r in rows if "nightly" in r)
+        digest = next(r for r in rows if "digest" in r)
+        assert 'action="/schedules/nightly/edit"' in nightly and 'value="0 3 * * *"' in nightly
+        assert "/edit" not in digest and "upsertJobScheduler" in digest
+        done = await client.post(
+            "/schedules/nightly/edit",
+            data={
+                "csrf": csrf_of(page),
+                "every": "",
+                "cron": "30 4 * * *",
+                "timezone": "Asia/Tokyo",
+            },
+        )
+        assert done.status_code == 303 and "re-timed" in done.headers["location"]
+        edited = await jobs.get_schedule("nightly")
+        assert edited is not None and (edited.cron, edited.timezone) == ("30 4 * * *", "Asia/Tokyo")
+        bad = await client.post(
+            "/schedules/nightly/edit",
+            data={"csrf": csrf_of(page), "every": "10", "cron": "30 4 * * *"},
+        )
+        assert bad.status_code == 400 and "exactly one of cron and every" in bad.text
+        worse = await client.post(
+            "/schedules/nightly/edit", data={"csrf": csrf_of(page), "every": "often"}
+        )
+        assert worse.status_code == 400 and "every: seconds" in worse.text
+    await queue.close()

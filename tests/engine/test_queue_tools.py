@@ -3,13 +3,14 @@ schedules (obliterate), and a schedule's next run made due now (run_schedule_now
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pydantic
 import pytest
 
 from pgjobs import (
     SCHEDULE_RUN_KEY,
+    InvalidOption,
     JobContext,
     JobFilter,
     JobQueue,
@@ -128,3 +129,47 @@ async def test_run_now_adds_a_copy_of_a_materialized_schedules_run_and_leaves_it
         schedule.pending_job_id, schedule.next_run_at, schedule.emitted)  # fmt: skip
     [claimed] = await jobs.claim(["tools"], kinds=["x"], limit=5)  # the copy alone is due
     assert claimed.id == run.job_id
+
+
+async def test_retime_changes_a_schedules_timing_and_keeps_the_rest(
+    jobs: JobQueue, kinds: None
+) -> None:
+    await jobs.upsert_schedule("nightly", "x", {"n": 2}, cron="0 3 * * *", limit=5)
+    tick = await jobs.retime_schedule("nightly", every=90)
+    after = await jobs.get_schedule("nightly")
+    assert after is not None and (after.cron, after.every, after.limit) == (None, 90.0, 5)
+    assert after.next_run_at == tick and tick is not None
+    assert timedelta(seconds=0) < tick - datetime.now(UTC) <= timedelta(seconds=90)
+    with pytest.raises(InvalidOption) as bad:
+        await jobs.retime_schedule("nightly", cron="61 * * * *")
+    assert bad.value.option == "cron"
+    with pytest.raises(InvalidOption):
+        await jobs.retime_schedule("nightly", cron="0 3 * * *", every=60)
+    unchanged = await jobs.get_schedule("nightly")
+    assert unchanged is not None and unchanged.every == 90.0  # nothing written
+    assert await jobs.retime_schedule("no such schedule", every=60) is None
+
+
+async def test_retime_moves_a_materialized_schedules_pending_run(
+    jobs: JobQueue, kinds: None
+) -> None:
+    await jobs.upsert_schedule("hourly", "x", {"n": 3}, every=3600, materialize=True,
+                               job_key_prefix="repeat:hourly:")  # fmt: skip
+    before = await jobs.get_schedule("hourly")
+    assert before is not None and before.pending_job_id is not None
+    tick = await jobs.retime_schedule("hourly", cron="*/5 * * * *", timezone="Europe/Paris")
+    assert tick is not None and tick.minute % 5 == 0 and tick.second == 0
+    after = await jobs.get_schedule("hourly")
+    assert after is not None and after.pending_job_id == before.pending_job_id  # the same job
+    assert (after.cron, after.timezone, after.every) == ("*/5 * * * *", "Europe/Paris", None)
+    moved = await jobs.get(before.pending_job_id)
+    assert moved is not None and moved.run_at == tick
+    assert moved.job_key == f"repeat:hourly:{int(tick.timestamp() * 1000)}"
+    # an end already passed: no run left, and the pending run goes
+    await jobs.db.pool.execute(
+        f"UPDATE {jobs.schema}.schedules SET end_at = now() WHERE name = 'hourly'"
+    )
+    assert await jobs.retime_schedule("hourly", every=60) is None
+    gone = await jobs.get_schedule("hourly")
+    assert gone is not None and gone.pending_job_id is None and gone.next_run_at is None
+    assert await jobs.get(before.pending_job_id) is None
