@@ -1052,10 +1052,14 @@ class JobQueue:
         cron: str | None = None,
         every: float | timedelta | None = None,
         timezone: str = "UTC",
+        connection: Connection | None = None,
     ) -> datetime | None:
         """Repeat schedule ``name`` on ``cron`` or ``every`` from now on, all else kept; its
-        next run (None: none left, or no such schedule). See Schedules.retime."""
-        return await self._schedules.retime(name, cron=cron, every=every, timezone=timezone)
+        next run (None: none left, or no such schedule). With ``connection``, in the caller's
+        transaction. See Schedules.retime."""
+        return await self._schedules.retime(
+            name, cron=cron, every=every, timezone=timezone, connection=connection
+        )
 
     async def run_schedule_now(self, name: str) -> RunNow | None:
         """Run schedule ``name`` once now, skipping none of its later runs (a materialized

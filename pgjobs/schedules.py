@@ -109,6 +109,21 @@ def _zone(name: str) -> ZoneInfo:
         raise InvalidOption("timezone", f"unknown time zone {name!r}") from None
 
 
+def _timing(cron: str | None, every: float | timedelta | None, timezone: str) -> float | None:
+    """Check a schedule's timing: exactly one of ``cron`` (valid, read in ``timezone``) and
+    ``every`` (more than 0 seconds); ``every`` in seconds, None for a cron schedule."""
+    if (cron is None) == (every is None):
+        raise InvalidOption("cron", "give exactly one of cron and every")
+    _zone(timezone)
+    if cron is not None:
+        _check_cron(cron)
+        return None
+    seconds = validation.delay_seconds(every, "every")
+    if not seconds:
+        raise InvalidOption("every", "must be more than 0 seconds")
+    return seconds
+
+
 def _check_cron(expression: str) -> None:
     if not isinstance(expression, str) or not expression.strip():
         raise InvalidOption("cron", f"must be a cron expression, got {expression!r}")
@@ -216,16 +231,7 @@ class Schedules:
         ``connection``: in that connection's transaction (a savepoint of it).
         """
         validation.text("name", name, optional=False)
-        if (cron is None) == (every is None):
-            raise InvalidOption("cron", "give exactly one of cron and every")
-        _zone(timezone)
-        every_seconds = None
-        if every is not None:
-            every_seconds = validation.delay_seconds(every, "every")
-            if not every_seconds:
-                raise InvalidOption("every", "must be more than 0 seconds")
-        if cron is not None:
-            _check_cron(cron)
+        every_seconds = _timing(cron, every, timezone)
         validation.timestamp("start_at", start_at)
         validation.timestamp("end_at", end_at)
         if start_at and end_at and end_at <= start_at:
@@ -395,6 +401,7 @@ class Schedules:
         cron: str | None = None,
         every: float | timedelta | None = None,
         timezone: str = "UTC",
+        connection: Any = None,
     ) -> datetime | None:
         """Repeat schedule ``name`` on ``cron`` (in ``timezone``) or ``every`` seconds from now
         on, keeping its kind, input, job options, bounds and count; returns its next run (None:
@@ -403,18 +410,14 @@ class Schedules:
         transaction; nothing is written when it raises (``InvalidOption`` naming ``cron`` or
         ``every``, ``ScheduleTickTaken`` when the new run's job key is another job's). Needs no
         registry. A BullMQ job scheduler keeps the repeat options it was upserted with in its
-        metadata, which the facade reports: re-time it with ``upsertJobScheduler``."""
-        if (cron is None) == (every is None):
-            raise InvalidOption("cron", "give exactly one of cron and every")
-        _zone(timezone)
-        every_seconds = None
-        if every is not None:
-            every_seconds = validation.delay_seconds(every, "every")
-            if not every_seconds:
-                raise InvalidOption("every", "must be more than 0 seconds")
-        if cron is not None:
-            _check_cron(cron)
-        else:
+        metadata, which the facade reports: re-time it with ``upsertJobScheduler``.
+
+        Under the schedule's row lock, as a run's start making the next run is. A pending run
+        that a claim starts first keeps its time and key (the move finds it running and
+        leaves it); the run its start makes then follows the new timing. A claim after the
+        move finds the run not yet due. ``connection``: in that connection's transaction."""
+        every_seconds = _timing(cron, every, timezone)
+        if cron is None:
             timezone = "UTC"  # an interval has no zone
 
         async def work(conn: Any) -> datetime | None:
@@ -442,16 +445,14 @@ class Schedules:
             elif row["materialized"] and pending is not None and tick is not None:
                 options = jsonvalue.loads(row["options"])
                 key = _run_key(name, options.get(_KEY_PREFIX), tick)
-                try:
-                    async with conn.transaction():  # a savepoint: a key taken writes nothing
-                        await self._db.fetch("retime_pending_run", pending, tick, key, conn=conn)
+                try:  # the transaction rolls back: nothing is written
+                    await self._db.fetch("retime_pending_run", pending, tick, key, conn=conn)
                 except asyncpg.UniqueViolationError:
                     raise ScheduleTickTaken(name, key, 1) from None
-                await self._db.fetch("set_pending_run", name, pending, tick, 0, None, conn=conn)
             await self._db.fetch("notify_schedules", self._channel, conn=conn)
             return tick
 
-        return await self._db.in_transaction(work, None)
+        return await self._db.in_transaction(work, connection)
 
     async def resume(self, name: str) -> datetime | None:
         """Emit runs of a paused ``name`` again, from its next time not yet past (the runs

@@ -119,3 +119,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     page = Path(__file__).resolve().parents[1] / "docs" / "guarantees.md"
     figures.write_into(page, figures.render(figures.RECORDED, asyncio.run(server_version())))
     print(f"\nreliability figures written into {page}")
+
+
+@pytest.fixture
+async def plain_conn(pg_dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    """A plain asyncpg connection, no pgjobs code: what a service in another language has."""
+    connection = await asyncpg.connect(pg_dsn)
+    yield connection
+    await connection.close()

@@ -110,3 +110,19 @@ def listening_claimer(
     claimer.listening = lambda: True
     claimer.hand_offs = claimer.notified = hand_offs
     return claimer
+
+
+PER_JOB_COLUMNS = {"id", "created_at", "run_at", "lock_token", "heartbeat_at", "locked_until"}
+"""Columns that differ between any two jobs, however they were enqueued."""
+
+
+async def stored_row(jobs: Any, job_id: int) -> dict[str, Any]:
+    """Every column of job ``job_id`` as stored (JSON columns as their text)."""
+    record = await jobs.pool.fetchrow(f"SELECT * FROM {jobs.schema}.jobs WHERE id = $1", job_id)
+    assert record is not None, f"no job {job_id}"
+    return dict(record)
+
+
+def shared_columns(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` without the columns that differ between any two jobs (PER_JOB_COLUMNS)."""
+    return {k: v for k, v in row.items() if k not in PER_JOB_COLUMNS}

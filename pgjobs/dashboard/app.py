@@ -272,11 +272,23 @@ class Dashboard:
         """The queue the request's ``{queue}`` segment names: an engine name or a label."""
         return (await self.names()).resolve(queue_of(request.path_params["queue"]))
 
-    async def unprioritized(self, queue: str, tenant: str | None) -> int:
-        """How many ready jobs of BullMQ queue ``queue`` have no priority (BullMQ's waiting)."""
-        where = JobFilter(queue=queue, tenant=tenant, status="pending",
-                          priority=views.BULLMQ_NO_PRIORITY)  # fmt: skip
-        return (await self.reads.substate_counts(where))[SubState.READY]
+    async def tab_counts(
+        self,
+        name: QueueName,
+        counts: dict[SubState, int],
+        tenant: str | None,
+        source: JobQueue | None = None,
+    ) -> dict[str, int]:
+        """How many jobs each of the queue's tabs holds (views.tab_counts), from its sub-state
+        ``counts`` and, for a BullMQ queue, how many ready jobs have no priority (BullMQ's
+        waiting), read from ``source`` (the pages' reads by default)."""
+        waiting = 0
+        if name.dialect == views.BULLMQ:
+            where = JobFilter(queue=name.queue, tenant=tenant, status="pending",
+                              priority=views.BULLMQ_NO_PRIORITY)  # fmt: skip
+            reads = source or self.reads
+            waiting = (await reads.substate_counts(where))[SubState.READY]
+        return views.tab_counts(name.dialect, counts, waiting)
 
     async def history_window(self, queue: str, counts: dict[SubState, int]) -> datetime | None:
         """Since when a payload filter reads ``queue``'s history: the finish time of the
@@ -316,9 +328,8 @@ class Dashboard:
                 spark = charts.sparkline([b.completed + b.dead for b in buckets])
             name = names.of(stats.queue)
             bullmq = name.dialect == views.BULLMQ
-            waiting = await self.unprioritized(stats.queue, tenant) if bullmq else 0
             row = {
-                "name": name, "tabs": views.tab_counts(name.dialect, counts, waiting),
+                "name": name, "tabs": await self.tab_counts(name, counts, tenant),
                 "paused": stats.paused, "concurrency": stats.concurrency,
                 "rate_limit": stats.rate_limit, "rate_period": stats.rate_period,
                 "sparkline": spark,
@@ -403,8 +414,7 @@ class Dashboard:
             oldest_first=tab.oldest_first != oldest,
         )  # fmt: skip
         bullmq = name.dialect == views.BULLMQ
-        waiting = await self.unprioritized(queue, tenant) if bullmq else 0
-        tab_counts = views.tab_counts(name.dialect, counts, waiting)
+        tab_counts = await self.tab_counts(name, counts, tenant)
         filtered = any(filters.values())
         total = None if filtered else tab_counts[tab.key]
         settings = None if tenant is not None else await self.reads.queue_settings(queue)
@@ -840,8 +850,10 @@ class Dashboard:
             raise HTTPException(403, "this dashboard is read-only")
         name = await self.named_queue(request)
         bullmq = name.dialect == views.BULLMQ
-        waiting = await self.unprioritized(name.queue, None) if bullmq else 0
-        counts = views.tab_counts(name.dialect, await self.jobs.queue_counts(name.queue), waiting)
+        # a confirmation page counts on the primary, where the action will run
+        counts = await self.tab_counts(
+            name, await self.jobs.queue_counts(name.queue), None, source=self.jobs
+        )
         return await self.render(
             request, "obliterate", refresh=None, qname=name, tabs=views.tabs_of(name.dialect),
             tab_counts=counts, schedules=await self.jobs.schedules_for(name.queue), bullmq=bullmq,

@@ -9,31 +9,17 @@ import asyncio
 import json
 from typing import Any
 
-import asyncpg
-import pytest
-
 import bullmq_compat
 from pgjobs import JobQueue
-from tests.helpers import eventually
-
-PER_JOB = {"id", "created_at", "run_at", "lock_token", "heartbeat_at", "locked_until"}
-
-
-@pytest.fixture
-async def conn(pg_dsn: str) -> Any:
-    connection = await asyncpg.connect(pg_dsn)
-    yield connection
-    await connection.close()
+from tests.helpers import eventually, shared_columns, stored_row
 
 
 async def row(jobs: JobQueue, job_id: int) -> dict[str, Any]:
-    record = await jobs.pool.fetchrow(f"SELECT * FROM {jobs.schema}.jobs WHERE id = $1", job_id)
-    assert record is not None
-    return {k: v for k, v in dict(record).items() if k not in PER_JOB}
+    return shared_columns(await stored_row(jobs, job_id))
 
 
 async def test_a_bullmq_job_from_sql_is_the_one_queue_add_writes_and_a_worker_runs_it(
-    jobs: JobQueue, opts: dict[str, Any], conn: Any
+    jobs: JobQueue, opts: dict[str, Any], plain_conn: Any
 ) -> None:
     queue = bullmq_compat.Queue("emails", opts)
     data = {"to": "a@example.com", "n": 1}
@@ -57,7 +43,7 @@ async def test_a_bullmq_job_from_sql_is_the_one_queue_add_writes_and_a_worker_ru
         await eventually(recorded)
         await queue.pause()  # keep the jobs still while they are compared
         first = await queue.add("welcome", data)
-        by_sql = await conn.fetchval(
+        by_sql = await plain_conn.fetchval(
             f"SELECT {jobs.schema}.enqueue('bullmq', $1::jsonb, queue => 'bull:emails',"
             " name => 'welcome', events => true)",
             json.dumps(data),
@@ -68,7 +54,7 @@ async def test_a_bullmq_job_from_sql_is_the_one_queue_add_writes_and_a_worker_ru
         given = {"jobId": "w-1", "delay": 5000, "attempts": 3, "priority": 2}
         keyed = await queue.add("welcome", data, given)
         sql_opts = {**given, "jobId": "w-2"}
-        by_sql_keyed = await conn.fetchval(
+        by_sql_keyed = await plain_conn.fetchval(
             f"SELECT {jobs.schema}.enqueue('bullmq', $1::jsonb, queue => 'bull:emails',"
             " name => 'welcome', events => true, job_key => 'w-2', delay => interval '5 s',"
             " max_attempts => 3, priority => 10 - 2, metadata => $2::jsonb)",

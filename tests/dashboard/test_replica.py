@@ -6,18 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import re
-import shutil
-import subprocess
-import tempfile
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 
 from pgjobs import JobQueue, Registry, Status
 from tests.dashboard.clients import client_for, csrf_of
 from tests.helpers import eventually
-from tests.reliability.private_postgres import PrivateServer
+from tests.reliability.private_postgres import PrivateServer, primary_and_standby
 
 pytestmark = pytest.mark.slow
 
@@ -26,18 +22,8 @@ SCHEMA = "replica_reads"
 
 @pytest.fixture
 def servers() -> Iterator[tuple[PrivateServer, PrivateServer]]:
-    roots = [Path(tempfile.mkdtemp(prefix=f"pgjobs-{role}-")) for role in ("primary", "replica")]
-    primary, replica = PrivateServer(roots[0]), PrivateServer(roots[1])
-    primary.start()
-    try:
-        replica.start_as_standby_of(primary)
-        yield primary, replica
-    finally:
-        for server in (replica, primary):
-            with contextlib.suppress(subprocess.CalledProcessError):
-                server.stop("immediate")
-        for root in roots:
-            shutil.rmtree(root, ignore_errors=True)
+    with primary_and_standby() as servers:
+        yield servers
 
 
 @pytest.fixture

@@ -3,7 +3,9 @@ schedules (obliterate), and a schedule's next run made due now (run_schedule_now
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pydantic
 import pytest
@@ -19,6 +21,7 @@ from pgjobs import (
     Status,
 )
 from tests.factories import insert_job
+from tests.interleave import overlap
 
 
 class Item(pydantic.BaseModel):
@@ -173,3 +176,75 @@ async def test_retime_moves_a_materialized_schedules_pending_run(
     gone = await jobs.get_schedule("hourly")
     assert gone is not None and gone.pending_job_id is None and gone.next_run_at is None
     assert await jobs.get(before.pending_job_id) is None
+
+
+async def _due_materialized(jobs: JobQueue) -> int:
+    """A materialized schedule whose pending run is due now; that run's id."""
+    await jobs.upsert_schedule("soon", "x", {"n": 4}, every=3600, materialize=True,
+                               first_run_at=datetime.now(UTC) - timedelta(seconds=1))  # fmt: skip
+    schedule = await jobs.get_schedule("soon")
+    assert schedule is not None and schedule.pending_job_id is not None
+    return schedule.pending_job_id
+
+
+async def _claim_in(jobs: JobQueue, conn: Any) -> list[int]:
+    rows = await jobs.db.fetch("claim", ["tools"], ["x"], 5, 30.0, 0, conn=conn)
+    return [row["id"] for row in rows]
+
+
+async def test_a_retime_waits_for_a_claim_of_the_pending_run_and_leaves_that_run_alone(
+    jobs: JobQueue, kinds: None
+) -> None:
+    pending = await _due_materialized(jobs)
+    before = await jobs.get(pending)
+    assert before is not None
+
+    async def retime(conn: Any) -> Any:
+        return await jobs.retime_schedule("soon", cron="0 4 * * *", connection=conn)
+
+    claimed, tick, waited = await overlap(jobs.pool, lambda c: _claim_in(jobs, c), retime)
+    assert claimed == [pending] and waited and tick is not None
+    started = await jobs.get(pending)  # started first: its time and key as they were
+    assert started is not None and started.status is Status.RUNNING
+    assert (started.run_at, started.job_key) == (before.run_at, before.job_key)
+    after = await jobs.get_schedule("soon")
+    assert after is not None and after.cron == "0 4 * * *" and after.next_run_at == tick
+
+
+async def test_a_claim_after_a_retime_of_the_pending_run_finds_it_not_due(
+    jobs: JobQueue, kinds: None
+) -> None:
+    pending = await _due_materialized(jobs)
+
+    async def retime(conn: Any) -> Any:
+        return await jobs.retime_schedule("soon", cron="0 4 * * *", connection=conn)
+
+    tick, claimed, _ = await overlap(jobs.pool, retime, lambda c: _claim_in(jobs, c))
+    assert claimed == []  # locked by the move (skipped), then no longer due
+    moved = await jobs.get(pending)
+    assert moved is not None and moved.status is Status.PENDING and moved.run_at == tick
+    assert await jobs.claim(["tools"], kinds=["x"]) == []
+
+
+async def test_stress_retimes_racing_claims_move_only_runs_not_started(
+    jobs: JobQueue, kinds: None
+) -> None:
+    for round_ in range(20):
+        await jobs.remove_schedule("soon")
+        pending = await _due_materialized(jobs)
+        before = await jobs.get(pending)
+        assert before is not None
+        cron = f"{round_} 4 * * *"
+        claimed, tick = await asyncio.gather(
+            jobs.claim(["tools"], kinds=["x"], limit=5),
+            jobs.retime_schedule("soon", cron=cron),
+        )
+        row = await jobs.get(pending)
+        assert row is not None and tick is not None
+        if [c.id for c in claimed] == [pending]:  # started first: untouched
+            assert row.status is Status.RUNNING and row.run_at == before.run_at
+            assert row.job_key == before.job_key
+            await claimed[0].complete(None)
+        else:  # moved first: not due, under the new tick's key
+            assert claimed == [] and row.status is Status.PENDING and row.run_at == tick
+        await jobs.purge(JobFilter(queue="tools"), running="cancel")

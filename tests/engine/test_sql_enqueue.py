@@ -15,10 +15,7 @@ import pydantic
 import pytest
 
 from pgjobs import Backoff, JobContext, JobFilter, JobQueue, Keep, Registry, Status
-from tests.helpers import eventually
-
-# columns that differ between any two jobs, however enqueued
-PER_JOB = {"id", "created_at", "run_at", "lock_token", "heartbeat_at", "locked_until"}
+from tests.helpers import eventually, shared_columns, stored_row
 
 
 class Mail(pydantic.BaseModel):
@@ -42,35 +39,19 @@ def sent(registry: Registry) -> list[Mail]:
     return seen
 
 
-@pytest.fixture
-async def conn(pg_dsn: str) -> Any:
-    """A plain connection: what a service with no pgjobs code has."""
-    connection = await asyncpg.connect(pg_dsn)
-    yield connection
-    await connection.close()
-
-
-async def row(jobs: JobQueue, job_id: int) -> dict[str, Any]:
-    record = await jobs.pool.fetchrow(f"SELECT * FROM {jobs.schema}.jobs WHERE id = $1", job_id)
-    assert record is not None
-    return dict(record)
-
-
 def same_but_per_job(a: dict[str, Any], b: dict[str, Any]) -> None:
-    assert {k: v for k, v in a.items() if k not in PER_JOB} == {
-        k: v for k, v in b.items() if k not in PER_JOB
-    }
+    assert shared_columns(a) == shared_columns(b)
 
 
 async def test_a_job_from_sql_is_the_job_python_writes(
-    jobs: JobQueue, sent: list[Mail], conn: Any
+    jobs: JobQueue, sent: list[Mail], plain_conn: Any
 ) -> None:
     await jobs.record_kinds()
     mail = {"to": "a@example.com", "n": 1}
     by_python = await jobs.enqueue("send", mail)
     text = json.dumps(mail)
-    by_sql = await conn.fetchval(f"SELECT {jobs.schema}.enqueue('send', $1::jsonb)", text)
-    same_but_per_job(await row(jobs, by_python.id), await row(jobs, by_sql))
+    by_sql = await plain_conn.fetchval(f"SELECT {jobs.schema}.enqueue('send', $1::jsonb)", text)
+    same_but_per_job(await stored_row(jobs, by_python.id), await stored_row(jobs, by_sql))
     # every option by name, the same on both paths
     later = datetime.now(UTC) + timedelta(hours=1)
     options = {"queue": "urgent", "priority": -3, "run_at": later, "max_attempts": 2,
@@ -79,11 +60,11 @@ async def test_a_job_from_sql_is_the_job_python_writes(
     py = await jobs.enqueue("send", mail, job_key="k-py", **options)
     sql_options = {**options, "metadata": '{"from": "sql"}', "dedup_key": "d2"}
     named = ", ".join(f"{k} => ${i}" for i, k in enumerate(sql_options, start=3))
-    by_sql = await conn.fetchval(
+    by_sql = await plain_conn.fetchval(
         f"SELECT {jobs.schema}.enqueue('send', $1::jsonb, job_key => $2, {named})",
         text, "k-sql", *sql_options.values(),
     )  # fmt: skip
-    a, b = await row(jobs, py.id), await row(jobs, by_sql)
+    a, b = await stored_row(jobs, py.id), await stored_row(jobs, by_sql)
     assert (a["job_key"], a["dedup_key"], b["job_key"], b["dedup_key"]) == (
         "k-py",
         "d",
@@ -97,7 +78,7 @@ async def test_a_job_from_sql_is_the_job_python_writes(
     )
     assert [e["event"] for e in events] == ["added", "added"]
     # a key held (in its queue, for its tenant): the holder's id, and nothing written
-    again = await conn.fetchval(
+    again = await plain_conn.fetchval(
         f"SELECT {jobs.schema}.enqueue('send', $1::jsonb, job_key => 'k-sql',"
         " queue => 'urgent', tenant => 't1')",
         text,
@@ -105,26 +86,26 @@ async def test_a_job_from_sql_is_the_job_python_writes(
     assert again == by_sql
     assert len(await jobs.list_jobs(JobFilter(kind="send"), limit=10)) == 4
     # a delay as an interval
-    delayed = await conn.fetchval(
+    delayed = await plain_conn.fetchval(
         f"SELECT {jobs.schema}.enqueue('send', $1::jsonb, delay => interval '90 seconds')", text
     )
-    due = (await row(jobs, delayed))["run_at"]
+    due = (await stored_row(jobs, delayed))["run_at"]
     assert timedelta(seconds=85) < due - datetime.now(UTC) <= timedelta(seconds=90)
 
 
 async def test_a_job_added_by_a_trigger_commits_with_the_row_and_wakes_a_worker(
-    jobs: JobQueue, sent: list[Mail], conn: Any
+    jobs: JobQueue, sent: list[Mail], plain_conn: Any
 ) -> None:
     schema = jobs.schema
-    await conn.execute(f"CREATE TABLE {schema}.signups (id int PRIMARY KEY, email text)")
-    await conn.execute(
+    await plain_conn.execute(f"CREATE TABLE {schema}.signups (id int PRIMARY KEY, email text)")
+    await plain_conn.execute(
         f"""CREATE FUNCTION {schema}.welcome() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
             PERFORM {schema}.enqueue('send', jsonb_build_object('to', NEW.email, 'n', NEW.id));
             RETURN NEW;
         END $$"""
     )
-    await conn.execute(
+    await plain_conn.execute(
         f"CREATE TRIGGER welcome AFTER INSERT ON {schema}.signups FOR EACH ROW"
         f" EXECUTE FUNCTION {schema}.welcome()"
     )
@@ -134,12 +115,14 @@ async def test_a_job_added_by_a_trigger_commits_with_the_row_and_wakes_a_worker(
     try:
         await eventually(lambda: _recorded(jobs, "send"))
         with pytest.raises(asyncpg.DivisionByZeroError):
-            async with conn.transaction():  # rolled back: neither the row nor its job
-                await conn.execute(f"INSERT INTO {schema}.signups VALUES (1, 'no@example.com')")
-                await conn.execute("SELECT 1/0")
+            async with plain_conn.transaction():  # rolled back: neither the row nor its job
+                await plain_conn.execute(
+                    f"INSERT INTO {schema}.signups VALUES (1, 'no@example.com')"
+                )
+                await plain_conn.execute("SELECT 1/0")
         assert await jobs.list_jobs(JobFilter(queue="mail")) == []
-        assert await conn.fetchval(f"SELECT count(*) FROM {schema}.signups") == 0
-        await conn.execute(f"INSERT INTO {schema}.signups VALUES (2, 'new@example.com')")
+        assert await plain_conn.fetchval(f"SELECT count(*) FROM {schema}.signups") == 0
+        await plain_conn.execute(f"INSERT INTO {schema}.signups VALUES (2, 'new@example.com')")
 
         async def completed() -> bool:
             [job] = await jobs.list_jobs(JobFilter(queue="mail"))
@@ -176,23 +159,23 @@ async def _recorded(jobs: JobQueue, kind: str) -> bool:
     ],
 )
 async def test_bad_options_are_refused_naming_the_option_and_nothing_is_written(
-    jobs: JobQueue, sent: list[Mail], conn: Any, call: str, named: str | None
+    jobs: JobQueue, sent: list[Mail], plain_conn: Any, call: str, named: str | None
 ) -> None:
     await jobs.record_kinds()
     with pytest.raises(asyncpg.PostgresError) as refused:
-        await conn.execute(f"SELECT {jobs.schema}.enqueue({call})")
+        await plain_conn.execute(f"SELECT {jobs.schema}.enqueue({call})")
     if named is not None:
         assert named in str(refused.value), str(refused.value)
     assert await jobs.list_jobs() == []
 
 
 async def test_a_named_kind_takes_the_name_given_and_runs(
-    jobs: JobQueue, sent: list[Mail], conn: Any
+    jobs: JobQueue, sent: list[Mail], plain_conn: Any
 ) -> None:
     await jobs.record_kinds()
-    job_id = await conn.fetchval(
+    job_id = await plain_conn.fetchval(
         f"SELECT {jobs.schema}.enqueue('labelled', $1::jsonb, name => 'to b')",
         json.dumps({"to": "b", "n": 2}),
     )
     python = await jobs.enqueue("labelled", {"to": "b", "n": 2})
-    same_but_per_job(await row(jobs, python.id), await row(jobs, job_id))
+    same_but_per_job(await stored_row(jobs, python.id), await stored_row(jobs, job_id))

@@ -15,7 +15,9 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -124,3 +126,21 @@ class PrivateServer:
         shutdown that disconnects every client."""
         self.stop(mode)
         self.start()
+
+
+@contextlib.contextmanager
+def primary_and_standby() -> Iterator[tuple[PrivateServer, PrivateServer]]:
+    """Two private clusters: a primary and a streaming replica of it (pg_basebackup), both
+    stopped and removed at the end."""
+    roots = [Path(tempfile.mkdtemp(prefix=f"pgjobs-{role}-")) for role in ("primary", "standby")]
+    primary, standby = PrivateServer(roots[0]), PrivateServer(roots[1])
+    primary.start()
+    try:
+        standby.start_as_standby_of(primary)
+        yield primary, standby
+    finally:
+        for server in (standby, primary):
+            with contextlib.suppress(subprocess.CalledProcessError):
+                server.stop("immediate")
+        for root in roots:
+            shutil.rmtree(root, ignore_errors=True)

@@ -7,14 +7,9 @@ on the new primary. Two private clusters, never the shared server."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import shutil
-import subprocess
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import asyncpg
 import pytest
@@ -22,7 +17,7 @@ import pytest
 from pgjobs import TRANSIENT_ERRORS, JobContext, JobQueue, Registry
 from tests.helpers import eventually
 from tests.reliability.figures import Figure, record, seconds
-from tests.reliability.private_postgres import PrivateServer
+from tests.reliability.private_postgres import PrivateServer, primary_and_standby
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
@@ -32,18 +27,8 @@ CONCURRENCY = 4
 
 @pytest.fixture
 def pair() -> Iterator[tuple[PrivateServer, PrivateServer]]:
-    roots = [Path(tempfile.mkdtemp(prefix=f"pgjobs-{role}-")) for role in ("primary", "standby")]
-    primary, standby = PrivateServer(roots[0]), PrivateServer(roots[1])
-    primary.start()
-    try:
-        standby.start_as_standby_of(primary)
-        yield primary, standby
-    finally:
-        for server in (standby, primary):
-            with contextlib.suppress(subprocess.CalledProcessError):
-                server.stop("immediate")
-        for root in roots:
-            shutil.rmtree(root, ignore_errors=True)
+    with primary_and_standby() as servers:
+        yield servers
 
 
 async def _make_synchronous(primary: PrivateServer) -> None:
