@@ -17,8 +17,8 @@ from zoneinfo import ZoneInfo
 
 from croniter import croniter
 
-from bullmq_compat.mapping import KIND, NO_PRIORITY, enqueue_options
-from pgjobs import SCHEDULE_RUN_KEY, InvalidOption, Schedule, ScheduleTickTaken
+from bullmq_compat.mapping import KIND, NO_PRIORITY, enqueue_options, facade_registry
+from pgjobs import SCHEDULE_RUN_KEY, InvalidOption, JobQueue, Schedule, ScheduleTickTaken
 
 if TYPE_CHECKING:
     from bullmq_compat.job import Job
@@ -296,6 +296,92 @@ def upsert_arguments(
         "input": data if data is not None else {},
         **arguments,
     }
+
+
+async def store(
+    jobs: JobQueue,
+    arguments: dict[str, Any],
+    repeat: dict[str, Any],
+    connection: Any = None,
+) -> None:
+    """Write a scheduler (``upsert_arguments``); TypeError, as BullMQ raises it, when its
+    pattern's next iteration's job id is taken."""
+    try:
+        await jobs.upsert_schedule(**arguments, connection=connection)
+    except ScheduleTickTaken as exc:
+        raise TypeError(tick_taken_message(repeat, exc)) from None
+
+
+async def retime(
+    jobs: JobQueue,
+    name: str,
+    *,
+    cron: str | None,
+    every: float | None,
+    timezone: str,
+) -> datetime | None:
+    """A schedule's new timing, set from outside the application (the dashboard's "Edit
+    timing", found as the ``pgjobs.retime_schedule`` entry point ``bullmq``). On a BullMQ job
+    scheduler it is ``upsertJobScheduler`` of its id with ``every`` (given in seconds, kept in
+    milliseconds) or ``pattern`` and ``tz``, its template, ``limit``, ``startDate``,
+    ``endDate`` and iteration count kept, as is a pause; its next iteration is the job BullMQ's
+    upsert would make. In one transaction, with the scheduler locked from the read to the
+    write. Returns the next run; None when there is no such schedule. Raises InvalidOption
+    naming BullMQ's repeat option at fault (``every``, ``pattern``, ``tz``, or ``repeat``
+    when no iteration would be left), and then changes nothing."""
+    if (cron is None) == (every is None):
+        raise InvalidOption("repeat", "give one of every (milliseconds) and pattern (cron)")
+    jobs = await JobQueue.connect(  # the caller's pool, with the facade's kind
+        pool=jobs.pool, schema=jobs.schema, registry=facade_registry(), timeouts=jobs.timeouts
+    )
+    async with jobs.transaction() as conn:
+        schedule = await jobs.get_schedule(name, connection=conn, lock=True)
+        if schedule is None:
+            return None
+        meta = _metadata(schedule)
+        scheduler_id = meta.get("scheduler")
+        if not isinstance(scheduler_id, str):  # an engine schedule on a BullMQ queue
+            return await jobs.retime_schedule(
+                name, cron=cron, every=every, timezone=timezone, connection=conn
+            )
+        kept = {k: v for k, v in repeat_of(schedule).items() if k not in ("pattern", "tz")}
+        repeat: dict[str, Any] = {**kept, "count": schedule.emitted}
+        if every is not None:
+            repeat["every"] = round(every * 1000) if every > 0 else every
+        else:
+            repeat.pop("every", None)
+            repeat.pop("offset", None)
+            repeat["pattern"] = cron
+            if timezone != "UTC":
+                repeat["tz"] = timezone
+        opts = dict(meta.get("opts") or {})
+        prefix, _, queue_name = str(schedule.options.get("queue")).rpartition(":")
+        try:
+            if first_run(repeat, schedule, opts) is None:
+                raise InvalidOption(
+                    "repeat", "no iteration would be left (limit reached or endDate past)"
+                )
+            arguments = upsert_arguments(
+                prefix,
+                queue_name,
+                scheduler_id,
+                repeat,
+                schedule.options.get("name") or "",
+                schedule.input,
+                opts,
+                previous=schedule,
+            )
+            await store(jobs, arguments, repeat, conn)
+        except InvalidOption:
+            raise
+        except KeyError as exc:  # ZoneInfoNotFoundError
+            raise InvalidOption("tz", f"not a time zone: {timezone!r}") from exc
+        except (ValueError, TypeError) as exc:  # a bad pattern; its next id taken
+            raise InvalidOption("every" if every is not None else "pattern", str(exc)) from exc
+        if schedule.paused:
+            await jobs.pause_schedule(name, connection=conn)
+        stored = await jobs.get_schedule(name, connection=conn)
+        return None if stored is None else stored.next_run_at
 
 
 def as_json(scheduler_id: str, schedule: Schedule) -> dict[str, Any]:

@@ -711,10 +711,7 @@ class Queue:
                 merged,
                 previous=existing,
             )
-            try:
-                await jobs.upsert_schedule(**arguments)
-            except pgjobs.ScheduleTickTaken as exc:
-                raise TypeError(schedulers.tick_taken_message(repeat, exc)) from None
+            await schedulers.store(jobs, arguments, repeat)
         schedule = await jobs.get_schedule(schedule_name)
         if schedule is None or schedule.pending_job_id is None:
             return None

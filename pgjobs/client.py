@@ -1022,9 +1022,14 @@ class JobQueue:
         """Every schedule, with its next and last run and how many jobs it has emitted."""
         return await self._schedules.list()
 
-    async def get_schedule(self, name: str) -> Schedule | None:
-        """The schedule named ``name``, or None."""
-        return await self._schedules.get(name)
+    async def get_schedule(
+        self, name: str, *, connection: Connection | None = None, lock: bool = False
+    ) -> Schedule | None:
+        """The schedule named ``name``, or None. With ``lock`` (and a ``connection`` in a
+        transaction), its row stays locked until that transaction ends: a read, then a change
+        made from what was read (``upsert_schedule(..., connection=)``), that no other change
+        of the schedule comes between."""
+        return await self._schedules.get(name, connection, lock=lock)
 
     async def remove_schedule(self, name: str, *, connection: Connection | None = None) -> bool:
         """Remove schedule ``name`` and its pending run unless it has started (in

@@ -334,8 +334,13 @@ class Schedules:
     async def list(self) -> list[Schedule]:
         return [_schedule(row) for row in await self._db.fetch("list_schedules")]
 
-    async def get(self, name: str) -> Schedule | None:
-        row = await self._db.fetchrow("get_schedule", name)
+    async def get(
+        self, name: str, connection: Any = None, *, lock: bool = False
+    ) -> Schedule | None:
+        if lock and connection is None:
+            raise InvalidOption("lock", "locks a schedule in a transaction: give its connection")
+        query = "lock_schedule" if lock else "get_schedule"
+        row = await self._db.fetchrow(query, name, conn=connection)
         return None if row is None else _schedule(row)
 
     async def remove(self, name: str, connection: Any = None) -> bool:

@@ -31,6 +31,7 @@ from pgjobs.client import JobQueue
 from pgjobs.dashboard import charts, graph, job_page, views
 from pgjobs.dashboard.pages import ENVIRONMENT, queue_of, queue_path
 from pgjobs.dashboard.views import QueueName, QueueNames
+from pgjobs.dialects import schedule_retimer
 from pgjobs.errors import InvalidOption, PgJobsError, QueueRunning
 from pgjobs.models import FlowFilter, JobFilter, SubState
 
@@ -543,24 +544,47 @@ class Dashboard:
         raise HTTPException(404, f"no action {action!r}")
 
     async def retime_schedule(self, request: Request, name: str) -> Response:
-        """An engine schedule's new timing from the schedules page's form: ``every`` seconds,
-        or a ``cron`` expression in ``timezone``; 400 naming a bad value."""
+        """A schedule's new timing from the schedules page's form: ``every`` (seconds; a BullMQ
+        scheduler's in milliseconds), or a ``cron`` expression (a BullMQ ``pattern``) in
+        ``timezone`` (``tz``). A schedule of a queue another package writes is re-timed as
+        that package's API would (dialects.schedule_retimer: a BullMQ scheduler is upserted
+        with its template kept); 400 naming a bad value, 404 for no such schedule."""
         form = await request.form()
+        schedule = await self.jobs.get_schedule(name)
+        if schedule is None:
+            raise HTTPException(404, f"no schedule {name!r}")
+        queue = schedule.options.get("queue")
+        meta = schedule.options.get("metadata")
+        dialect = (await self.names()).of(queue).dialect if isinstance(queue, str) else None
+        scheduler = meta.get("scheduler") if isinstance(meta, dict) else None
+        bullmq = dialect == "bullmq" and scheduler is not None
+        retimer = schedule_retimer("bullmq") if bullmq else None
+        if bullmq and retimer is None:
+            raise HTTPException(501, "re-timing a BullMQ scheduler needs bullmq_compat installed")
+        unit = 1000.0 if bullmq else 1.0
         every_text = str(form.get("every") or "").strip()
         cron = str(form.get("cron") or "").strip() or None
         timezone = str(form.get("timezone") or "").strip() or "UTC"
         every = None
         if every_text:
             try:
-                every = float(every_text)
+                every = float(every_text) / unit
             except ValueError:
-                raise HTTPException(400, f"every: seconds, got {every_text!r}") from None
+                raise HTTPException(
+                    400, f"every: {'milliseconds' if unit > 1 else 'seconds'}, got {every_text!r}"
+                ) from None
         try:
-            tick = await self.jobs.retime_schedule(name, cron=cron, every=every, timezone=timezone)
+            if retimer is None:
+                tick = await self.jobs.retime_schedule(
+                    name, cron=cron, every=every, timezone=timezone
+                )
+            else:
+                tick = await retimer(self.jobs, name, cron=cron, every=every, timezone=timezone)
         except PgJobsError as exc:  # InvalidOption, ScheduleTickTaken
             raise HTTPException(400, str(exc)) from None
         after = f", next run {tick:%Y-%m-%d %H:%M:%S} UTC" if tick else ", no run left"
-        return self.back(request, "/schedules", f"schedule {name} re-timed{after}")
+        shown = f"job scheduler {scheduler}" if bullmq else f"schedule {name}"
+        return self.back(request, "/schedules", f"{shown} re-timed{after}")
 
     async def _fleet_wide(self, request: Request) -> None:
         """Workers and schedules serve every tenant: not shown under a tenant resolver."""

@@ -4,6 +4,7 @@ every worker, a job's priority and data, and a removal that returns to the job's
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -12,9 +13,11 @@ import httpx
 import pytest
 
 import bullmq_compat
+from bullmq_compat import job_scheduler
 from pgjobs import JobFilter, JobQueue
 from tests.dashboard.clients import client_for, csrf_of
 from tests.factories import insert_job
+from tests.helpers import eventually
 
 
 @pytest.fixture
@@ -223,3 +226,135 @@ async def test_empty_removes_the_jobs_waiting_to_run_and_keeps_the_rest(
     assert counts["completed"] == 1 and sum(counts.values()) == 1, counts
     assert await queue.getJob(delayed.id) is None
     assert [j.id for j in await queue.getCompleted()] == [str(ctx.id)]
+
+
+TEMPLATE = {"name": "send-digest", "data": {"to": "all"}, "opts": {"attempts": 3}}
+
+
+async def test_a_bullmq_schedulers_timing_is_edited_as_upsert_job_scheduler_would(
+    client: httpx.AsyncClient, queue: bullmq_compat.Queue
+) -> None:
+    await queue.upsertJobScheduler("digest", {"every": 3_600_000, "limit": 50}, TEMPLATE)
+    [before] = await queue.getWaiting()  # an every's first iteration is due at once
+    page = await client.get("/schedules")
+    [row] = re.findall(r'<tr class="schedule">.*?</tr>', page.text, re.S)
+    assert 'value="3600000"> ms' in row and "pattern <input" in row and "tz <input" in row
+    [edit] = re.findall(r'action="([^"]*/edit)"', row)
+    done = await client.post(edit, data={"csrf": csrf_of(page), "every": "",
+                                         "cron": "0 9 * * *", "timezone": "Europe/Paris"})  # fmt: skip
+    assert done.status_code == 303 and "job+scheduler+digest+re-timed" in done.headers["location"]
+    # the same as an upsert of these repeat options with the same template
+    await queue.upsertJobScheduler(
+        "twin", {"pattern": "0 9 * * *", "tz": "Europe/Paris", "limit": 50}, TEMPLATE
+    )
+    edited, twin = await queue.getJobScheduler("digest"), await queue.getJobScheduler("twin")
+    assert edited is not None and twin is not None
+    assert {**edited, "key": "twin"} == twin
+    assert await queue.getJob(before.id) is None  # the old next iteration is replaced
+    runs = {job.id: job for job in await queue.getDelayed()}
+    run = runs[f"repeat:digest:{edited['next']}"]
+    twin_run = runs[f"repeat:twin:{twin['next']}"]
+    assert (run.name, run.data, run.opts["attempts"]) == ("send-digest", {"to": "all"}, 3)
+    assert run.opts["repeat"] == twin_run.opts["repeat"]
+    assert run.opts["repeat"]["pattern"] == "0 9 * * *"
+
+    again = await client.post(edit, data={"csrf": csrf_of(page), "every": "120000"})
+    assert again.status_code == 303
+    every = await queue.getJobScheduler("digest")
+    assert every is not None and every["every"] == 120_000 and "pattern" not in every
+    assert every["iterationCount"] == edited["iterationCount"] and every["limit"] == 50
+
+
+async def test_a_bad_bullmq_timing_is_refused_naming_the_repeat_option_and_changes_nothing(
+    client: httpx.AsyncClient, queue: bullmq_compat.Queue
+) -> None:
+    await queue.upsertJobScheduler("digest", {"every": 3_600_000}, TEMPLATE)
+    kept = await queue.getJobScheduler("digest")
+    page = await client.get("/schedules")
+    [edit] = re.findall(r'action="([^"]*/edit)"', page.text)
+    token = csrf_of(page)
+    pattern = await client.post(edit, data={"csrf": token, "cron": "61 * * * *"})
+    assert pattern.status_code == 400 and "invalid option &#39;pattern&#39;" in pattern.text
+    zone = await client.post(edit, data={"csrf": token, "cron": "0 9 * * *",
+                                         "timezone": "Mars/Olympus"})  # fmt: skip
+    assert zone.status_code == 400 and "&#39;tz&#39;" in zone.text
+    words = await client.post(edit, data={"csrf": token, "every": "often"})
+    assert words.status_code == 400 and "every: milliseconds" in words.text
+    both = await client.post(edit, data={"csrf": token, "every": "1000", "cron": "0 9 * * *"})
+    assert both.status_code == 400 and "&#39;repeat&#39;" in both.text
+    assert await queue.getJobScheduler("digest") == kept
+
+
+async def test_editing_a_paused_bullmq_scheduler_keeps_it_paused(
+    client: httpx.AsyncClient, queue: bullmq_compat.Queue, jobs: JobQueue
+) -> None:
+    await queue.upsertJobScheduler("digest", {"every": 3_600_000}, TEMPLATE)
+    name = "bull:acts:digest"
+    assert await jobs.pause_schedule(name)
+    page = await client.get("/schedules")
+    [edit] = re.findall(r'action="([^"]*/edit)"', page.text)
+    done = await client.post(edit, data={"csrf": csrf_of(page), "cron": "0 9 * * *"})
+    assert done.status_code == 303
+    schedule = await jobs.get_schedule(name)
+    assert schedule is not None and schedule.paused and schedule.cron == "0 9 * * *"
+
+
+async def test_an_edit_waits_for_an_upsert_in_flight_and_keeps_its_template(
+    queue: bullmq_compat.Queue, jobs: JobQueue
+) -> None:
+    """The application upserts a new template while the dashboard re-times: the re-time reads
+    the scheduler under its lock, so it keeps the template that committed first."""
+    await queue.upsertJobScheduler("digest", {"every": 3_600_000}, TEMPLATE)
+    name = "bull:acts:digest"
+    repeat = {"every": 3_600_000}
+    arguments = job_scheduler.upsert_arguments(
+        "bull", "acts", "digest", repeat, "send-digest", {"to": "some"}, {"attempts": 3},
+        previous=await jobs.get_schedule(name),
+    )  # fmt: skip
+    facade = await JobQueue.connect(
+        pool=jobs.pool, schema=jobs.schema, registry=bullmq_compat.facade_registry()
+    )
+    async with jobs.pool.acquire() as conn, conn.transaction():
+        await job_scheduler.store(facade, arguments, repeat, conn)
+        editing = asyncio.create_task(
+            job_scheduler.retime(jobs, name, cron="0 9 * * *", every=None, timezone="UTC")
+        )
+        pid = conn.get_server_pid()
+
+        async def blocked() -> bool:
+            return bool(
+                await jobs.pool.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
+                    pid,
+                )
+            )
+
+        await eventually(blocked)
+        assert not editing.done()
+    await editing
+    scheduler = await queue.getJobScheduler("digest")
+    assert scheduler is not None and scheduler["pattern"] == "0 9 * * *"
+    assert scheduler["template"]["data"] == {"to": "some"}
+    [run] = await queue.getDelayed()
+    assert run.data == {"to": "some"} and run.id == f"repeat:digest:{scheduler['next']}"
+
+
+async def test_concurrent_edits_and_upserts_leave_one_scheduler_with_one_next_run(
+    queue: bullmq_compat.Queue, jobs: JobQueue
+) -> None:
+    await queue.upsertJobScheduler("digest", {"every": 3_600_000}, TEMPLATE)
+    name = "bull:acts:digest"
+
+    async def edit(n: int) -> None:
+        await job_scheduler.retime(
+            jobs, name, cron=f"{n} 9 * * *" if n % 2 else None,
+            every=None if n % 2 else 60.0 * (n + 1), timezone="UTC",
+        )  # fmt: skip
+
+    async def upsert(n: int) -> None:
+        await queue.upsertJobScheduler("digest", {"every": 1000 * (n + 1)}, TEMPLATE)
+
+    await asyncio.gather(*(edit(n) for n in range(20)), *(upsert(n) for n in range(20)))
+    [scheduler] = await queue.getJobSchedulers()
+    runs = await queue.getDelayed() + await queue.getWaiting()
+    assert [run.id for run in runs] == [f"repeat:digest:{scheduler['next']}"]

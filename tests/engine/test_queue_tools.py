@@ -134,6 +134,24 @@ async def test_run_now_adds_a_copy_of_a_materialized_schedules_run_and_leaves_it
     assert claimed.id == run.job_id
 
 
+async def test_a_locked_read_of_a_schedule_holds_it_until_the_transaction_ends(
+    jobs: JobQueue, kinds: None
+) -> None:
+    await jobs.upsert_schedule("nightly", "x", {"n": 2}, cron="0 3 * * *")
+    with pytest.raises(InvalidOption) as bad:
+        await jobs.get_schedule("nightly", lock=True)
+    assert bad.value.option == "lock"
+
+    async def read(conn: Any) -> Any:
+        return await jobs.get_schedule("nightly", connection=conn, lock=True)
+
+    async def pause(conn: Any) -> bool:
+        return await jobs.pause_schedule("nightly", connection=conn)
+
+    held, paused, waited = await overlap(jobs.pool, read, pause)
+    assert held is not None and not held.paused and paused and waited
+
+
 async def test_retime_changes_a_schedules_timing_and_keeps_the_rest(
     jobs: JobQueue, kinds: None
 ) -> None:
