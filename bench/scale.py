@@ -47,7 +47,8 @@ class Noop(pydantic.BaseModel):
     i: int
 
 
-def _registry() -> Registry:
+def noop_registry() -> Registry:
+    """A registry of one no-op kind, ``noop``, on queue ``work``."""
     registry = Registry()
 
     @registry.kind("noop", input=Noop, queue="work")
@@ -136,8 +137,8 @@ async def main(size: int) -> None:
     dsn = find_or_start_postgres()
     pool = await create_pool(dsn, min_size=4, max_size=20)
     tag = uuid.uuid4().hex[:8]
-    empty = await JobQueue.connect(pool=pool, schema=f"scale_empty_{tag}", registry=_registry())
-    full = await JobQueue.connect(pool=pool, schema=f"scale_full_{tag}", registry=_registry())
+    empty = await JobQueue.connect(pool=pool, schema=f"scale_empty_{tag}", registry=noop_registry())
+    full = await JobQueue.connect(pool=pool, schema=f"scale_full_{tag}", registry=noop_registry())
     began = time.perf_counter()
     try:
         for jobs in (empty, full):

@@ -396,7 +396,13 @@ def enqueue_options(
         raise InvalidOption(
             "attempts", f"must be a whole number from 1 to {MAX_ATTEMPTS}, got {attempts!r}"
         )
-    priority = to_engine_priority(opts.get("priority"))
+    group_key, group_priority = job_group(opts.get("group"))
+    if group_priority is not None and opts.get("priority"):
+        raise InvalidOption(
+            "group.priority", "a grouped job's priority is group.priority alone, not priority"
+        )
+    priority = to_engine_priority(group_priority if group_priority is not None
+                                  else opts.get("priority"))  # fmt: skip
     # BullMQ ignores lifo for prioritized and delayed adds.
     lifo = bool(opts.get("lifo")) and priority == NO_PRIORITY and not delay
     job_id = opts.get("jobId")
@@ -420,6 +426,7 @@ def enqueue_options(
         "backoff": _backoff(opts.get("backoff")),
         "max_deferrals": 0,
         "job_key": job_id,
+        "group_key": group_key,
         **dedup,
         "keep_completed": _keep("removeOnComplete", opts.get("removeOnComplete")),
         "keep_dead": _keep("removeOnFail", opts.get("removeOnFail")),
@@ -503,6 +510,49 @@ def rate_limit(
             options[1], f"must be milliseconds > 0 (at most a year), got {duration!r}"
         )
     return max_jobs, duration / 1000
+
+
+def job_group(value: Any) -> tuple[str | None, int | None]:
+    """BullMQ Pro's job option ``group`` ``{id, priority}`` as the engine's group key and the
+    job's priority within its group (BullMQ's priority: 0 or none first, then 1, 2, ...);
+    (None, None) without one. ``maxSize`` is refused: nothing here bounds a group."""
+    if value is None:
+        return None, None
+    if not isinstance(value, dict):
+        raise InvalidOption("group", f"must be {{id, priority}}, got {value!r}")
+    unknown = set(value) - {"id", "priority", "maxSize"}
+    if unknown:
+        raise InvalidOption("group", f"unknown keys {sorted(unknown)}")
+    if value.get("maxSize") is not None:
+        raise InvalidOption("group.maxSize", "is not supported: a group's size is unbounded")
+    group_id = value.get("id")
+    if not isinstance(group_id, str) or not group_id:
+        raise InvalidOption(
+            "group.id", f"must be a non-empty string (as in BullMQ Pro 3+), got {group_id!r}"
+        )
+    return _text("group.id", group_id), value.get("priority")
+
+
+def worker_group(opts: dict[str, Any]) -> tuple[int | None, tuple[int, float] | None]:
+    """A Worker's BullMQ Pro option ``group`` ``{concurrency, limit: {max, duration}}`` as
+    the engine's per-group cap and per-group rate limit (max starts, per seconds)."""
+    group = opts.get("group")
+    if not group:
+        return None, None
+    if not isinstance(group, dict) or set(group) - {"concurrency", "limit"}:
+        raise InvalidOption("group", f"must be {{concurrency, limit}}, got {group!r}")
+    cap = group.get("concurrency")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        raise InvalidOption("group.concurrency", f"must be a whole number >= 1, got {cap!r}")
+    limit = group.get("limit")
+    if not limit:
+        return cap, None
+    if not isinstance(limit, dict):
+        raise InvalidOption("group.limit", f"must be {{max, duration}}, got {limit!r}")
+    per_group = rate_limit(
+        limit.get("max"), limit.get("duration"), ("group.limit.max", "group.limit.duration")
+    )
+    return cap, per_group
 
 
 def worker_limiter(opts: dict[str, Any]) -> tuple[int, float] | None:

@@ -14,6 +14,7 @@ from typing import Any
 import pgjobs
 from bullmq_compat import job_scheduler as schedulers
 from bullmq_compat.connection import EngineConnection
+from bullmq_compat.groups import GroupMethods
 from bullmq_compat.job import Job, job_id_of
 from bullmq_compat.mapping import (
     DIALECT,
@@ -33,6 +34,7 @@ from bullmq_compat.mapping import (
     stored_data_array,
     to_engine_priority,
 )
+from bullmq_compat.paging import job_range
 from bullmq_compat.types import BulkJob, JobOptions, QueueBaseOptions
 from pgjobs import JobFilter, JobRow, JobSpec, SubState
 
@@ -112,7 +114,7 @@ def vars_of(spec: JobSpec) -> dict[str, Any]:
     return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
 
 
-class Queue:
+class Queue(GroupMethods):
     """``Queue(name, opts)``: ``opts`` may hold ``connection``, ``prefix`` (default ``bull``),
     ``schema`` (default ``pgjobs``) and ``defaultJobOptions``.
 
@@ -570,30 +572,8 @@ class Queue:
             if name not in _STATE_FILTERS:
                 raise ValueError(f"unknown job state {name!r}")
             fields, order = _STATE_FILTERS[name]
-            rows.extend(await self._range(jobs, self._filter(**fields), order, start, end, asc))
+            rows.extend(await job_range(jobs, self._filter(**fields), order, start, end, asc))
         return [Job.from_row(self, row) for row in rows]
-
-    async def _range(
-        self,
-        jobs: pgjobs.JobQueue,
-        where: JobFilter,
-        order: pgjobs.JobOrder,
-        start: int,
-        end: int,
-        asc: bool,
-    ) -> list[JobRow]:
-        rows: list[JobRow] = []
-        offset = max(start, 0)
-        while end < 0 or offset <= end:
-            size = 1000 if end < 0 else min(1000, end - offset + 1)
-            page = await jobs.list_jobs(
-                where, limit=size, offset=offset, oldest_first=asc, order=order
-            )
-            rows.extend(page)
-            offset += len(page)
-            if len(page) < size:
-                break
-        return rows
 
     async def getWaiting(self, start: int = 0, end: int = -1) -> list[Job]:
         """The waiting jobs, from ``start`` to ``end`` (inclusive; -1: the last)."""

@@ -32,6 +32,7 @@ from bullmq_compat.mapping import (
     json_data,
     keep_rule,
     kind_defaults,
+    worker_group,
     worker_limiter,
 )
 from bullmq_compat.queue import Queue
@@ -95,7 +96,10 @@ class Worker(EventEmitter):
     ``limiter`` ``{max, duration}`` (at most ``max`` jobs started per ``duration`` ms, counted
     in one window per queue that every worker with a ``limiter`` shares, as BullMQ's limiter
     key; passed with this worker's claims, it holds no worker without one and ends with this
-    worker; a limit for every worker is ``Queue.setGlobalRateLimit``),
+    worker; a limit for every worker is ``Queue.setGlobalRateLimit``), ``group``
+    ``{concurrency, limit: {max, duration}}`` (BullMQ Pro's: at most ``concurrency`` active
+    jobs per group, fleet-wide, and ``max`` starts per ``duration`` ms per group, for groups
+    without their own ``setGroupConcurrency`` / ``setGroupRateLimit``),
     ``removeOnComplete`` / ``removeOnFail`` (for jobs added without them), ``settings``
     ``{backoffStrategy}`` (for jobs whose backoff type is custom), ``name`` (how
     ``Queue.getWorkers`` lists it; default host:pid), ``durability`` (``"durable"`` or
@@ -142,6 +146,9 @@ class Worker(EventEmitter):
         self._durability = durability(self.opts)
         self._limiter = worker_limiter(self.opts)
         """This worker's ``limiter`` as (max starts, per seconds), or None."""
+        self._group_cap, self._group_limit = worker_group(self.opts)
+        """This worker's ``group`` options: the cap per group, the limit per group (max
+        starts, per seconds); each None without one."""
         self._retention: list[tuple[str, str, pgjobs.Keep]] = []
         """The worker's own removeOnComplete / removeOnFail: (option, status, rule)."""
         for option, status in (("removeOnComplete", "completed"), ("removeOnFail", "dead")):
@@ -210,6 +217,7 @@ class Worker(EventEmitter):
                 durability=self._durability or jobs.durability,
                 rate_limit=self._limiter[0] if self._limiter else None,
                 rate_period=self._limiter[1] if self._limiter else None,
+                **self._group_options(),
             )
             self._scheduler = jobs.scheduler(poll_interval=1.0)
             self._scheduler.start()
@@ -443,6 +451,7 @@ class Worker(EventEmitter):
                 durability=self._durability,
                 rate_limit=self._limiter[0] if self._limiter else None,
                 rate_period=self._limiter[1] if self._limiter else None,
+                **self._group_options(),
             )
             if taken:
                 break
@@ -576,6 +585,29 @@ class Worker(EventEmitter):
         """Hand out no job of this queue, to any worker, for ``expire_time_ms``; then raise
         ``Worker.RateLimitError()`` from the processor to put the current job back."""
         await self._queue.rateLimit(expire_time_ms)
+
+    async def rateLimitGroup(self, job: Job, expireTimeMs: int) -> None:
+        """BullMQ Pro's: start no job of ``job``'s group, on any worker, for ``expireTimeMs``;
+        then raise ``Worker.RateLimitError()`` from the processor to put the job back."""
+        group = (job.opts.get("group") or {}).get("id") if isinstance(job.opts, dict) else None
+        if not group:
+            raise ValueError("Job must have a group id")
+        if (
+            isinstance(expireTimeMs, bool)
+            or not isinstance(expireTimeMs, int | float)
+            or (expireTimeMs <= 0)
+        ):
+            raise ValueError("expireTimeMs must be greater than 0")
+        jobs = await self._queue.engine()
+        await jobs.limit_group(self.qualifiedName, str(group), expireTimeMs / 1000)
+
+    def _group_options(self) -> dict[str, Any]:
+        per_group = self._group_limit
+        return {
+            "group_concurrency": self._group_cap,
+            "group_rate_limit": per_group[0] if per_group else None,
+            "group_rate_period": per_group[1] if per_group else None,
+        }
 
     async def pause(self, doNotWaitActive: bool = False) -> None:
         """Stop taking jobs; unless ``doNotWaitActive``, return once the running ones end."""

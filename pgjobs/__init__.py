@@ -39,6 +39,7 @@ from pgjobs.errors import (
 from pgjobs.events import EventStream
 from pgjobs.executor import TRANSIENT_ERRORS, create_pool
 from pgjobs.flows import EdgePolicy, Flow, SubmittedFlow
+from pgjobs.groups import Group, GroupStatus
 from pgjobs.imports import (
     EdgeState,
     ImportCheck,
@@ -118,6 +119,8 @@ __all__ = [
     "FlowSummary",
     "FlowView",
     "Granularity",
+    "Group",
+    "GroupStatus",
     "ImportCheck",
     "ImportRecord",
     "ImportedEdge",

@@ -119,6 +119,8 @@ class Claimer:
         worker_name: str | None = None,
         outage: Outage | None = None,
         rate_limit: tuple[int, float] | None = None,
+        group_concurrency: int | None = None,
+        group_rate_limit: tuple[int, float] | None = None,
     ) -> None:
         self._db = db
         self.outage = outage or Outage(logger, "claimer")
@@ -130,6 +132,10 @@ class Claimer:
         self.poll_interval = poll_interval
         self.rate_limit = rate_limit
         """The worker's own rate limit, (max starts, per seconds), or None."""
+        self.group_concurrency = group_concurrency
+        """The worker's cap on running jobs per group of a grouped queue, or None."""
+        self.group_rate_limit = group_rate_limit
+        """The worker's rate limit per group of a grouped queue, (max, per seconds), or None."""
         self.handler_seconds: float | None = None
         """Moving average of handler run times (None until one has run)."""
         self.wake = asyncio.Event()
@@ -174,6 +180,7 @@ class Claimer:
         the hand-offs not yet seen since the last registration among them."""
         registered = self._registered
         max_jobs, per_seconds = self.rate_limit or (None, None)
+        group_max, group_seconds = self.group_rate_limit or (None, None)
         claimed = await self._db.fetch(
             "claim_for_worker",
             self.queues,
@@ -186,6 +193,9 @@ class Claimer:
             max_jobs,
             per_seconds,
             self.worker_name,
+            self.group_concurrency,
+            group_max,
+            group_seconds,
         )
         rows: list[ClaimedRow] = list(claimed)
         if registered:

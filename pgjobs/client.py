@@ -34,6 +34,7 @@ from pgjobs.errors import InvalidOption, QueueRunning
 from pgjobs.events import EventStream
 from pgjobs.executor import Connection, Database
 from pgjobs.flows import EdgePolicy, Flow, Flows, SubmittedFlow
+from pgjobs.groups import UNCHANGED, Group, Groups
 from pgjobs.imports import ImportCheck, ImportedEdge, ImportedJob, ImportRecord, import_jobs
 from pgjobs.jsonvalue import JsonText
 from pgjobs.kinds import Kind, Registry
@@ -91,6 +92,7 @@ class JobQueue:
         self._ops = Operations(db, self.registry)
         self._flows = Flows(db, self.registry)
         self._queues = QueueControl(db)
+        self._groups = Groups(db)
         self._schedules = Schedules(db, self.registry)
         self._tracking = Tracking(db)
         self._workers: weakref.WeakSet[Worker] = weakref.WeakSet()
@@ -376,12 +378,17 @@ class JobQueue:
         durability: Durability | str | None = None,
         rate_limit: int | None = None,
         rate_period: float | None = None,
+        group_concurrency: int | None = None,
+        group_rate_limit: int | None = None,
+        group_rate_period: float | None = None,
     ) -> list[JobContext]:
         """Claim up to ``limit`` due jobs of ``queues`` by hand (no worker), best first, leased
         for ``lease`` seconds, honouring pause, caps and rate limits as a worker's claim does.
         ``kinds``: those to take (default: every kind of this queue's registry).
         ``rate_limit`` starts per ``rate_period`` seconds: the claimer's own limit, counted in
         the window each queue shares among the claims that pass one (see Worker).
+        ``group_concurrency``, ``group_rate_limit`` per ``group_rate_period``: the claimer's
+        cap and limit for each group of a grouped queue (see Worker).
 
         Finish each with ``ctx.complete(output)``, ``ctx.fail(exc)`` or ``ctx.release()``; keep
         it past its lease with ``ctx.extend_lease()``. A job left unfinished when its lease ends
@@ -397,13 +404,23 @@ class JobQueue:
             raise InvalidOption("lease", f"must be > 0 seconds, got {lease!r}")
         names = [validation.queue(q) for q in queues]
         sent = time.monotonic()
-        if rate_limit is None and rate_period is None:
+        own: tuple[int | None, float | None] = (None, None)
+        if rate_limit is not None or rate_period is not None:
+            own = validation.rate_limit(rate_limit, rate_period, ("rate_limit", "rate_period"))
+        per_group: tuple[int | None, float | None] = (None, None)
+        if group_rate_limit is not None or group_rate_period is not None:
+            per_group = validation.rate_limit(
+                group_rate_limit, group_rate_period, ("group_rate_limit", "group_rate_period")
+            )
+        if group_concurrency is not None:
+            validation.integer("group_concurrency", group_concurrency, 1, 2**31 - 1)
+        if own[0] is None and per_group[0] is None and group_concurrency is None:
             rows = await self.db.fetch("claim", names, wanted, limit, float(lease), 0)
         else:
-            own = validation.rate_limit(rate_limit, rate_period, ("rate_limit", "rate_period"))
             rows = await self.db.fetch(
-                "claim_rate_limited", names, wanted, limit, float(lease), 0, *own
-            )
+                "claim_limited", names, wanted, limit, float(lease), 0, *own,
+                group_concurrency, *per_group,
+            )  # fmt: skip
         ordered = sorted(rows, key=lambda r: (-r["priority"], r["run_at"], r["id"]))
         await self._schedules.started(ordered)
         commit = self._commit(durability)
@@ -866,6 +883,43 @@ class JobQueue:
     async def set_group_concurrency(self, queue: str, limit: int | None) -> None:
         """At most ``limit`` running jobs per ``group_key`` in ``queue`` (None: no cap)."""
         await self._queues.set_group_concurrency(queue, limit)
+
+    # -- groups ----------------------------------------------------------------------------
+
+    async def pause_group(self, queue: str, group: str) -> bool:
+        """Pause group ``group`` of ``queue`` (also one with no job yet): its jobs wait, its
+        running ones finish. False when it was paused already. See pgjobs.groups."""
+        return await self._groups.pause(queue, group)
+
+    async def resume_group(self, queue: str, group: str) -> bool:
+        """Resume a paused group; False when it was not paused."""
+        return await self._groups.resume(queue, group)
+
+    async def set_group_limits(
+        self,
+        queue: str,
+        group: str,
+        *,
+        concurrency: int | None = UNCHANGED,
+        rate_limit: tuple[int, float] | None = UNCHANGED,
+    ) -> None:
+        """The group's own cap on running jobs and own rate limit ((max starts, per seconds));
+        what is given is set, None clears it. They come before a worker's ``group_concurrency``
+        and ``group_rate_limit`` and the queue's ``set_group_concurrency``."""
+        await self._groups.set_limits(queue, group, concurrency=concurrency, rate_limit=rate_limit)
+
+    async def limit_group(self, queue: str, group: str, seconds: float) -> None:
+        """Start no job of the group for ``seconds`` (a manual rate limit)."""
+        await self._groups.limit_for(queue, group, seconds)
+
+    async def reset_group(self, queue: str, group: str) -> bool:
+        """Clear the group's pause and limits; False when the group has never been seen."""
+        return await self._groups.reset(queue, group)
+
+    async def list_groups(self, queue: str, group: str | None = None) -> list[Group]:
+        """The groups of ``queue`` (or only ``group``), in the order the claims serve them,
+        with their status, settings and jobs in flight."""
+        return await self._groups.all(queue, group)
 
     async def set_max_stalls(self, queue: str, limit: int | None) -> None:
         """The stall budget of ``queue``. A job stalls when its worker stops heartbeating and its

@@ -95,6 +95,9 @@ class WorkerOptions(TypedDict, total=False):
     on_renewed: RenewalListener | None
     rate_limit: int | None
     rate_period: float | None
+    group_concurrency: int | None
+    group_rate_limit: int | None
+    group_rate_period: float | None
 
 
 """Called with the jobs a rescue of this worker put back or failed: id, status (``pending``
@@ -158,6 +161,14 @@ class Worker:
     holds every worker, these included. Such a worker claims nothing ahead and is never handed
     a job as it is enqueued.
 
+    In a grouped queue (jobs with a ``group_key``), claims serve the groups in turn (see
+    docs/concepts.md, "Groups"). ``group_concurrency`` caps the running jobs of each group,
+    fleet-wide, where the group has no cap of its own (``set_group_settings``) and before the
+    queue's ``set_group_concurrency``; ``group_rate_limit`` starts per ``group_rate_period``
+    seconds (both or neither) limit each group that has no limit of its own, counted in the
+    group's window, which every start of the group counts in. Both are this worker's, passed
+    with its claims (BullMQ Pro's worker ``group`` options).
+
     ``heartbeat_interval`` (default a third of the lease) may be at or past the lease: then
     no lease is renewed in time, and a job that runs longer than its lease lapses as above
     (its handler cancelled, the event ``lost``, the job left to the stalled-job rescue), as
@@ -188,6 +199,9 @@ class Worker:
         on_renewed: RenewalListener | None = None,
         rate_limit: int | None = None,
         rate_period: float | None = None,
+        group_concurrency: int | None = None,
+        group_rate_limit: int | None = None,
+        group_rate_period: float | None = None,
     ) -> None:
         handled = [kind for kind in registry if kind.handler is not None]
         if not handled:
@@ -230,6 +244,13 @@ class Worker:
             )
         self.rate_limit = own_limit
         """This worker's own rate limit, (max starts, per seconds), or None."""
+        group_limit = None
+        if group_rate_limit is not None or group_rate_period is not None:
+            group_limit = validation.rate_limit(
+                group_rate_limit, group_rate_period, ("group_rate_limit", "group_rate_period")
+            )
+        if group_concurrency is not None:
+            validation.integer("group_concurrency", group_concurrency, 1, 2**31 - 1)
         deadline = db.timeouts.loop if deadline is None else deadline
         if isinstance(deadline, bool) or not isinstance(deadline, int | float) or not deadline > 0:
             raise InvalidOption("deadline", f"must be > 0 seconds, got {deadline!r}")
@@ -261,6 +282,8 @@ class Worker:
             worker_name=self.name,
             outage=self._outage,
             rate_limit=own_limit,
+            group_concurrency=group_concurrency,
+            group_rate_limit=group_limit,
         )
         self._leases = LeaseKeeper(
             db,

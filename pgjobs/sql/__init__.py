@@ -42,6 +42,7 @@ _FILES = (
     "events.sql",
     "dedup.sql",
     "imports.sql",
+    "groups.sql",
 )
 
 
@@ -132,6 +133,7 @@ DEFINITION_FILES = (
     "job_edges_integrity.sql",
     "resolve_dependents.sql",
     "attach_prerequisites.sql",
+    "groups.sql",
     "claim_jobs.sql",
     "hand_offs.sql",
     "wake.sql",

@@ -10,7 +10,7 @@
  OR (j.status = 'pending' AND j.pending_deps > 0 AND j.waits))
 
 -- fragment: claimed_columns
--- What a claim hands its worker of each claimed job `c` (claim, claim_rate_limited,
+-- What a claim hands its worker of each claimed job `c` (claim, claim_limited,
 -- claim_for_worker, withdraw_idle_worker): a deferred failure (rescue_stalled_jobs.sql) apart,
 -- and the last error without its traceback.
 c.id, c.queue, c.kind, c.name, c.payload, c.priority, c.run_at, c.attempts,

@@ -105,23 +105,28 @@ SELECT {fragment:claimed_columns}
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
      LATERAL {schema}.claim_jobs($1::text[], $2::text[], $3::int, $4::float8, $5::int) AS c;
 
--- name: claim_rate_limited
--- As claim, for a claimer with a rate limit of its own: at most $6 starts per $7 seconds in
--- the window its queues share among the claimers with a limit (sql/schema/claim_jobs.sql).
+-- name: claim_limited
+-- As claim, for a claimer with limits of its own (each NULL: none): at most $6 starts per $7
+-- seconds in the window its queues share among the claimers with a limit; in a grouped queue,
+-- at most $8 running jobs per group and $9 starts per $10 seconds per group
+-- (sql/schema/claim_jobs.sql).
 SELECT {fragment:claimed_columns}
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
      LATERAL {schema}.claim_jobs($1::text[], $2::text[], $3::int, $4::float8, $5::int,
-                                 $6::int, $7::float8) AS c;
+                                 $6::int, $7::float8, NULL, $8::int, $9::int,
+                                 $10::float8) AS c;
 
 -- name: claim_for_worker
 -- A worker's claim: as claim, after withdrawing the worker's registration for hand-offs ($6,
 -- NULL when it has none; $7: the lock tokens of the hand-offs it has seen since it registered,
 -- sql/schema/hand_offs.sql). The hand-offs it had not seen come first. $8 starts per $9
 -- seconds: the worker's own rate limit (NULL: none). $10: its name, recorded on each job.
+-- $11, $12 per $13 seconds: its cap and rate limit for each group of a grouped queue.
 SELECT {fragment:claimed_columns}
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
      LATERAL {schema}.claim_for_worker($6::uuid, $7::uuid[], $1::text[], $2::text[], $3::int,
-                                       $4::float8, $5::int, $8::int, $9::float8, $10::text) AS c;
+                                       $4::float8, $5::int, $8::int, $9::float8, $10::text,
+                                       $11::int, $12::int, $13::float8) AS c;
 
 -- name: withdraw_idle_worker
 -- End worker $1's registration for hand-offs; the hand-offs it has not seen ($2: the lock

@@ -100,6 +100,9 @@ def _claim_statement(jobs: JobQueue, worker: uuid.UUID) -> Any:
             None,
             None,
             None,
+            None,
+            None,
+            None,
             conn=conn,
         )
 

@@ -29,8 +29,9 @@ def limited_claim(
 
     async def run(conn: Any) -> list[int]:
         rows = await jobs.db.fetch(
-            "claim_rate_limited", queues, ["k"], n, 30.0, 0, max_jobs, period, conn=conn
-        )
+            "claim_limited", queues, ["k"], n, 30.0, 0, max_jobs, period, None, None, None,
+            conn=conn,
+        )  # fmt: skip
         return sorted(row["id"] for row in rows)
 
     return run
@@ -193,7 +194,9 @@ async def test_the_queue_limit_holds_limited_workers_too(
 
 async def test_a_limited_claim_takes_nothing_ahead(jobs: JobQueue, registry: Registry) -> None:
     await enqueue(jobs, registry, "w", 10)
-    rows = await jobs.db.fetch("claim_rate_limited", ["w"], ["k"], 2, 30.0, 8, 100, 60.0)
+    rows = await jobs.db.fetch(
+        "claim_limited", ["w"], ["k"], 2, 30.0, 8, 100, 60.0, None, None, None
+    )
     assert len(rows) == 2
 
 
@@ -239,8 +242,9 @@ async def test_many_concurrent_limited_claims_never_overfill_a_window(
                     unlimited_took += len(await unlimited_claim(jobs, queues, 2)(conn))
                     continue
                 rows = await jobs.db.fetch(
-                    "claim_rate_limited", queues, ["k"], 3, 30.0, 0, max_jobs, period, conn=conn
-                )
+                    "claim_limited", queues, ["k"], 3, 30.0, 0, max_jobs, period,
+                    None, None, None, conn=conn,
+                )  # fmt: skip
                 windows = {
                     r["queue"]: (r["window_end"], r["window_count"])
                     for r in await conn.fetch(

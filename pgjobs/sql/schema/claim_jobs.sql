@@ -2,7 +2,11 @@
 -- of p_lease seconds, plus up to p_ahead more for a worker to start as its slots free (from
 -- queues without a concurrency cap or a rate limit only: a capped queue's allowance is never
 -- parked in a buffer). Honours each queue's settings: paused, limited_until, a fleet-wide
--- concurrency cap, a per-group cap and a rate limit (fixed window).
+-- concurrency cap and a rate limit (fixed window). A grouped queue (one whose jobs have group
+-- keys) is served group by group in turn (pick_grouped, groups.sql), each group held by its
+-- pause, its cap (its own, else p_group_concurrency, else the queue's group_concurrency) and
+-- its rate limit (its own, else p_group_rate_limit per p_group_rate_period seconds: the
+-- claimer's limit for each group, BullMQ Pro's worker `group.limit`).
 --
 -- The claimer's own rate limit. p_rate_limit starts per p_rate_period seconds (NULL: none;
 -- BullMQ's worker `limiter`) limit this claim, on top of the queue's settings, against the
@@ -11,7 +15,8 @@
 -- open, and opens a new window of p_rate_period seconds once it has ended. Claims without a
 -- limit neither read nor count in that window. Claims with different limits share the count
 -- and each compares it with its own max, as BullMQ's workers share their queue's limiter key.
--- A claim with a limit never claims ahead.
+-- A claim with a limit never claims ahead; in a grouped queue, neither does a claim with a group
+-- cap or a group limit, nor one of a queue with a group cap.
 --
 -- Concurrency. Queues with limits are serialised on their settings row, and each statement
 -- below takes a fresh snapshot after that lock (a VOLATILE function under READ COMMITTED), so
@@ -32,20 +37,23 @@
 -- tests/engine/test_migrate.py measures the pages a claim touches.
 DROP FUNCTION IF EXISTS {schema}.claim_jobs(text[], text[], int, float8, int);
 DROP FUNCTION IF EXISTS {schema}.claim_jobs(text[], text[], int, float8, int, int, float8);
+DROP FUNCTION IF EXISTS {schema}.claim_jobs(text[], text[], int, float8, int, int, float8, text);
 CREATE OR REPLACE FUNCTION {schema}.claim_jobs(
     p_queues text[], p_kinds text[], p_limit int, p_lease float8, p_ahead int,
-    p_rate_limit int DEFAULT NULL, p_rate_period float8 DEFAULT NULL, p_worker text DEFAULT NULL
+    p_rate_limit int DEFAULT NULL, p_rate_period float8 DEFAULT NULL, p_worker text DEFAULT NULL,
+    p_group_concurrency int DEFAULT NULL, p_group_rate_limit int DEFAULT NULL,
+    p_group_rate_period float8 DEFAULT NULL
 ) RETURNS SETOF {schema}.jobs LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan SET enable_sort = off SET jit = off AS $fn$
 DECLARE
     s        record;
     allow    int;
-    queues   text[] := '{}';   -- queues without a group cap, and how many each may start
+    queues   text[] := '{}';   -- queues without groups, and how many each may start
     allows   int[]  := '{}';
-    grouped  text[] := '{}';   -- queues with a group cap: allowance and cap
+    grouped  text[] := '{}';   -- grouped queues: allowance and group cap
     g_allows int[]  := '{}';
     caps     int[]  := '{}';
-    picked   bigint[];
+    picked   bigint[] := '{}';
     win      record;            -- a queue's window shared by claims with their own rate limit
     w_queues text[] := '{}';   -- the windows this claim counts in: queue, end, count before
     w_ends   timestamptz[] := '{}';
@@ -55,11 +63,17 @@ BEGIN
         RAISE EXCEPTION 'claim_jobs: a rate limit needs a max >= 1 and a period > 0, got % per %',
             p_rate_limit, p_rate_period USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF p_group_rate_limit IS NOT NULL AND (p_group_rate_limit < 1 OR NOT p_group_rate_period > 0)
+       OR p_group_concurrency < 1 THEN
+        RAISE EXCEPTION 'claim_jobs: a group limit needs a max >= 1 and a period > 0, and a '
+                        'group cap >= 1, got % per %, cap %',
+            p_group_rate_limit, p_group_rate_period, p_group_concurrency
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     FOR s IN
         SELECT q.queue, qs.paused, qs.limited_until, qs.concurrency, qs.group_concurrency,
-               qs.rate_limit, qs.rate_period,
-               (qs.concurrency IS NOT NULL OR qs.group_concurrency IS NOT NULL
-                OR qs.rate_limit IS NOT NULL) AS limited
+               qs.rate_limit, qs.rate_period, qs.grouped,
+               (qs.concurrency IS NOT NULL OR qs.grouped OR qs.rate_limit IS NOT NULL) AS limited
         FROM unnest(p_queues) AS q(queue)
         LEFT JOIN {schema}.queue_settings qs ON qs.queue = q.queue
         ORDER BY q.queue
@@ -71,9 +85,17 @@ BEGIN
             -- Serialise claimers of this queue; re-read the row after waiting for it.
             SELECT * INTO s FROM (
                 SELECT qs.queue, qs.paused, qs.limited_until, qs.concurrency, qs.group_concurrency,
-                       qs.rate_limit, qs.rate_period, qs.window_start, qs.window_count
+                       qs.rate_limit, qs.rate_period, qs.window_start, qs.window_count, qs.grouped
                 FROM {schema}.queue_settings qs WHERE qs.queue = s.queue FOR UPDATE) locked;
             CONTINUE WHEN s.paused OR (s.limited_until IS NOT NULL AND s.limited_until > now());
+            IF s.grouped AND s.concurrency IS NULL AND s.rate_limit IS NULL
+               AND coalesce(p_group_concurrency, s.group_concurrency) IS NULL
+               AND p_group_rate_limit IS NULL THEN
+                -- groups without caps or limits from the queue or the claim: a job claimed
+                -- ahead holds no slot anyone waits for (a group's own cap or limit, if any,
+                -- counts it as started all the same)
+                allow := p_limit + p_ahead;
+            END IF;
             IF s.concurrency IS NOT NULL THEN
                 allow := least(allow, s.concurrency - (
                     SELECT count(*) FROM {schema}.jobs r
@@ -113,10 +135,10 @@ BEGIN
             w_ends := w_ends || win.window_end;
             w_counts := w_counts || win.window_count;
         END IF;
-        IF s.group_concurrency IS NOT NULL THEN
+        IF s.grouped THEN
             grouped := grouped || s.queue;
             g_allows := g_allows || allow;
-            caps := caps || s.group_concurrency;
+            caps := caps || coalesce(p_group_concurrency, s.group_concurrency);
             CONTINUE;
         END IF;
         queues := queues || s.queue;
@@ -127,47 +149,33 @@ BEGIN
         RETURN;
     END IF;
 
+    -- Grouped queues first, each serving its groups in turn (pick_grouped), then the others.
+    FOR i IN 1 .. cardinality(grouped) LOOP
+        picked := picked || {schema}.pick_grouped(
+            grouped[i], p_kinds, least(g_allows[i], p_limit + p_ahead - cardinality(picked)),
+            caps[i],
+            p_group_rate_limit, p_group_rate_period);
+    END LOOP;
+
     -- Pick the ids first, then update by primary key: a generic plan cannot know that the
     -- candidates are few, and must never be tempted into a hash join over the whole table.
-    SELECT coalesce(array_agg(x.id), '{}') INTO picked FROM (
-        SELECT c.id, c.priority, c.run_at
-        FROM unnest(queues, allows) AS q(queue, allow)
-        CROSS JOIN LATERAL (
-            SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j
-            WHERE j.queue = q.queue AND j.status = 'pending'
-              AND (j.pending_deps = 0 OR NOT j.waits)  -- jobs_claim_idx's predicate
-              AND j.run_at <= now() AND j.kind = ANY(p_kinds)
-            ORDER BY j.priority DESC, j.run_at, j.id
-            LIMIT q.allow
-            FOR UPDATE SKIP LOCKED
-        ) c
-        UNION ALL
-        -- Queues with a per-group cap: rank candidates within their group and admit those
-        -- that fit under the cap next to the group's running jobs. Claims on these queues are
-        -- serialised by the settings lock, so nothing can over-admit between read and update.
-        SELECT g.id, g.priority, g.run_at
-        FROM unnest(grouped, g_allows, caps) AS q(queue, allow, cap)
-        CROSS JOIN LATERAL (
-            SELECT ranked.id, ranked.priority, ranked.run_at FROM (
-                SELECT w.*, row_number() OVER (PARTITION BY w.group_key
-                                               ORDER BY w.priority DESC, w.run_at, w.id) AS rn
-                FROM (SELECT j.id, j.priority, j.run_at, j.group_key FROM {schema}.jobs j
-                      WHERE j.queue = q.queue AND j.status = 'pending'
-                        AND (j.pending_deps = 0 OR NOT j.waits)
-                        AND j.run_at <= now() AND j.kind = ANY(p_kinds)
-                      ORDER BY j.priority DESC, j.run_at, j.id
-                      LIMIT q.allow * 20 + 100) w
-            ) ranked
-            LEFT JOIN (SELECT r.group_key, count(*) AS running FROM {schema}.jobs r
-                       WHERE r.queue = q.queue AND r.status = 'running' AND r.group_key IS NOT NULL
-                       GROUP BY r.group_key) busy ON busy.group_key = ranked.group_key
-            WHERE ranked.group_key IS NULL OR ranked.rn + coalesce(busy.running, 0) <= q.cap
-            ORDER BY ranked.priority DESC, ranked.run_at, ranked.id
-            LIMIT q.allow
-        ) g
-        ORDER BY 2 DESC, 3, 1
-        LIMIT p_limit + p_ahead
-    ) x;
+    IF cardinality(queues) > 0 THEN
+        SELECT picked || coalesce(array_agg(x.id), '{}') INTO picked FROM (
+            SELECT c.id, c.priority, c.run_at
+            FROM unnest(queues, allows) AS q(queue, allow)
+            CROSS JOIN LATERAL (
+                SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j
+                WHERE j.queue = q.queue AND j.status = 'pending'
+                  AND (j.pending_deps = 0 OR NOT j.waits)  -- jobs_claim_idx's predicate
+                  AND j.run_at <= now() AND j.kind = ANY(p_kinds)
+                ORDER BY j.priority DESC, j.run_at, j.id
+                LIMIT q.allow
+                FOR UPDATE SKIP LOCKED
+            ) c
+            ORDER BY 2 DESC, 3, 1
+            LIMIT p_limit + p_ahead - cardinality(picked)
+        ) x;
+    END IF;
 
     IF cardinality(picked) = 0 THEN
         RETURN;
@@ -180,7 +188,8 @@ BEGIN
             heartbeat_at = now(), locked_until = now() + make_interval(secs => p_lease),
             started_at = now(), worker = p_worker,
             waits = true  -- once run, it waits for its prerequisites when it goes back
-        WHERE j.id = ANY(picked)  -- locked by the pick above: still pending
+        WHERE j.id = ANY(picked)
+          AND j.status = 'pending'  -- locked by the pick (a grouped pick, unlocked: re-checked)
         RETURNING j.*
     ),
     counted AS (

@@ -55,7 +55,7 @@ BEGIN
     IF p_commit IS NOT NULL THEN
         PERFORM set_config('synchronous_commit', p_commit, true);
     END IF;
-    IF p_own AND p_pending_deps = 0 AND due <= now()
+    IF p_own AND p_pending_deps = 0 AND due <= now() AND p_group_key IS NULL  -- no group's turn
        AND octet_length(p_payload) + coalesce(octet_length(p_metadata), 0)
            + octet_length(p_name) + coalesce(octet_length(p_retention), 0)
            + coalesce(octet_length(p_tenant), 0) < 4000  -- NOTIFY's payload limit is 8,000
@@ -76,8 +76,7 @@ BEGIN
                   AND NOT EXISTS (SELECT FROM {schema}.queue_settings qs
                                   WHERE qs.queue = p_queue
                                     AND (qs.paused OR qs.limited_until > now()
-                                         OR qs.concurrency IS NOT NULL
-                                         OR qs.group_concurrency IS NOT NULL
+                                         OR qs.concurrency IS NOT NULL OR qs.grouped
                                          OR qs.rate_limit IS NOT NULL))
                   AND NOT EXISTS (SELECT FROM {schema}.jobs a
                                   WHERE a.queue = p_queue AND a.status = 'pending'

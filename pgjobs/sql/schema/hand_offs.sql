@@ -31,13 +31,17 @@ $fn$;
 -- p_rate_limit and p_rate_period: the worker's own rate limit (claim_jobs; NULL: none). A
 -- worker with one registers without free slots (idle_state), so it is never handed a job.
 -- p_worker_name: the worker's name, recorded on each job it starts (jobs.worker).
+-- p_group_*: the worker's cap and rate limit for each group of a grouped queue (claim_jobs).
 DROP FUNCTION IF EXISTS {schema}.claim_for_worker(uuid, uuid[], text[], text[], int, float8, int);
 DROP FUNCTION IF EXISTS {schema}.claim_for_worker(uuid, uuid[], text[], text[], int, float8, int,
                                                   int, float8);
+DROP FUNCTION IF EXISTS {schema}.claim_for_worker(uuid, uuid[], text[], text[], int, float8, int,
+                                                  int, float8, text);
 CREATE OR REPLACE FUNCTION {schema}.claim_for_worker(
     p_worker uuid, p_seen uuid[], p_queues text[], p_kinds text[], p_limit int, p_lease float8,
     p_ahead int, p_rate_limit int DEFAULT NULL, p_rate_period float8 DEFAULT NULL,
-    p_worker_name text DEFAULT NULL
+    p_worker_name text DEFAULT NULL, p_group_concurrency int DEFAULT NULL,
+    p_group_rate_limit int DEFAULT NULL, p_group_rate_period float8 DEFAULT NULL
 ) RETURNS SETOF {schema}.jobs LANGUAGE plpgsql AS $fn$
 DECLARE
     handed int := 0;
@@ -51,7 +55,9 @@ BEGIN
     END IF;
     RETURN QUERY
     SELECT * FROM {schema}.claim_jobs(p_queues, p_kinds, greatest(p_limit - handed, 0), p_lease,
-                                      p_ahead, p_rate_limit, p_rate_period, p_worker_name);
+                                      p_ahead, p_rate_limit, p_rate_period, p_worker_name,
+                                      p_group_concurrency, p_group_rate_limit,
+                                      p_group_rate_period);
 END
 $fn$;
 

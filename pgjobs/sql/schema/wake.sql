@@ -130,6 +130,7 @@ BEGIN
     END IF;
     WITH settings AS (
         SELECT q.queue, qs.paused, qs.limited_until, qs.concurrency, qs.group_concurrency,
+               qs.grouped,
                CASE WHEN qs.rate_limit IS NOT NULL AND qs.window_start IS NOT NULL
                          AND qs.window_count >= qs.rate_limit
                          AND now() < qs.window_start + make_interval(secs => qs.rate_period)
@@ -149,7 +150,9 @@ BEGIN
                       AND j.queue = s.queue
                       AND j.kind = ANY(p_kinds)),
                    s.limited_until, s.window_opens, s.worker_window_opens) AS at,
-               s.concurrency IS NOT NULL OR s.group_concurrency IS NOT NULL AS is_capped
+               -- a grouped queue's ready jobs may all be in paused, busy or limited groups
+               s.concurrency IS NOT NULL OR s.group_concurrency IS NOT NULL
+               OR coalesce(s.grouped, false) AS is_capped
         FROM settings s
         WHERE NOT coalesce(s.paused, false)
     )
