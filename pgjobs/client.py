@@ -916,10 +916,12 @@ class JobQueue:
         """Clear the group's pause and limits; False when the group has never been seen."""
         return await self._groups.reset(queue, group)
 
-    async def list_groups(self, queue: str, group: str | None = None) -> list[Group]:
-        """The groups of ``queue`` (or only ``group``), in the order the claims serve them,
-        with their status, settings and jobs in flight."""
-        return await self._groups.all(queue, group)
+    async def list_groups(
+        self, queue: str, group: str | None = None, *, limit: int | None = None
+    ) -> list[Group]:
+        """The groups of ``queue`` (or only ``group``; the first ``limit``), in the order the
+        claims serve them, with their status, settings and jobs in flight."""
+        return await self._groups.all(queue, group, limit)
 
     async def set_max_stalls(self, queue: str, limit: int | None) -> None:
         """The stall budget of ``queue``. A job stalls when its worker stops heartbeating and its

@@ -112,11 +112,15 @@ class Groups:
             await self._lock(conn, queue)
             return await self._db.fetchrow("reset_group", queue, _key(group), conn=conn) is not None
 
-    async def all(self, queue: str, group: str | None = None) -> list[Group]:
-        """The groups of ``queue`` (or only ``group``) in rotation order, the next served
-        first."""
+    async def all(
+        self, queue: str, group: str | None = None, limit: int | None = None
+    ) -> list[Group]:
+        """The groups of ``queue`` (or only ``group``; the first ``limit``) in rotation order,
+        the next served first."""
         key = None if group is None else _key(group)
-        rows = await self._db.fetch("list_groups", validation.queue(queue), key)
+        if limit is not None:
+            validation.integer("limit", limit, 1, 1_000_000)
+        rows = await self._db.fetch("list_groups", validation.queue(queue), key, limit)
         return [_group(queue, row) for row in rows]
 
     async def _set(

@@ -37,6 +37,8 @@ from pgjobs.models import FlowFilter, JobFilter, SubState
 
 TenantResolver = Callable[[Request], "str | Awaitable[str | None] | None"]
 PAGE = 50
+GROUPS = 50
+"""Groups a grouped queue's page lists, the next served first (BullMQ Pro's groups)."""
 REFRESH_CHOICES = ("0", "5", "30")
 """Live update periods (seconds) a page may be asked for with ?refresh=N (0: off)."""
 DEFAULT_REFRESH = 5
@@ -426,6 +428,7 @@ class Dashboard:
             hour_ago = datetime.now(UTC) - timedelta(minutes=59)
             buckets = await self.reads.queue_metrics(queue, "minute", hour_ago)
             throughput = charts.throughput(buckets)
+        groups = [] if tenant is not None else await self.reads.list_groups(queue, limit=GROUPS)
 
         def query(**changes: Any) -> str:
             values = {**{k: v for k, v in filters.items() if v}, "state": tab.key,
@@ -438,7 +441,7 @@ class Dashboard:
             tabs=views.tabs_of(name.dialect), tab_counts=tab_counts, oldest=oldest,
             bullmq=bullmq, settings=settings, serving=serving, pending=pending, order=order,
             history_since=since, payload_scan=PAYLOAD_SCAN, throughput=throughput,
-            sub_states=SUB_STATES, query=query,
+            sub_states=SUB_STATES, query=query, groups=groups, groups_shown=GROUPS,
         )  # fmt: skip
 
     async def job(self, request: Request) -> Response:
@@ -856,6 +859,8 @@ class Dashboard:
             return self.back(request, here, await self.set_limits(name, await request.form()))
         elif action == "obliterate":
             return await self.obliterate(request, name)
+        elif action == "group":  # BullMQ Pro's pauseGroup / resumeGroup
+            return self.back(request, here, await self.pause_group(name, await request.form()))
         elif action == "retry-failed":  # bull-board's "Retry all": every dead job, due now
             ids = await self.jobs.requeue_dead(JobFilter(queue=queue))
             return self.back(
@@ -865,6 +870,26 @@ class Dashboard:
             raise HTTPException(404, f"no action {action!r}")
         back = here if (await request.form()).get("from") == "queue" else "/"
         return self.back(request, back, f"queue {name.shown}: {action}d")
+
+    async def pause_group(self, name: QueueName, form: Any) -> str:
+        """Pause or resume (``op``) group ``group`` of the queue; what happened, in words."""
+        group, op = str(form.get("group") or ""), form.get("op")
+        if op not in ("pause", "resume"):
+            raise HTTPException(400, f"op: pause or resume, got {op!r}")
+        try:
+            if op == "pause":
+                done = await self.jobs.pause_group(name.queue, group)
+            else:
+                done = await self.jobs.resume_group(name.queue, group)
+        except InvalidOption as exc:
+            raise HTTPException(400, str(exc)) from None
+        if done:
+            return f"group {group} {op}d"
+        return (
+            f"group {group} was paused already"
+            if op == "pause"
+            else f"group {group} was not paused"
+        )
 
     async def obliterate_confirm(self, request: Request) -> Response:
         """What obliterating the queue removes (its jobs by state, its schedules), and a field

@@ -47,7 +47,7 @@ ON CONFLICT (queue, group_key) DO UPDATE SET
 RETURNING g.group_key, pg_notify($8, $1);
 
 -- name: list_groups
--- The groups of queue $1 (only group $2, unless NULL), in rotation order (the next served
+-- The groups of queue $1 (only group $2, unless NULL; at most $3), in rotation order (the next served
 -- first: the key after the queue's cursor), with their settings, what applied when a claim last served them, and their jobs:
 -- ready (pending, due, no prerequisite holding it), delayed (pending, not yet due) and running.
 -- Each count reads the group's own index range (jobs_group_claim_idx, jobs_running_idx).
@@ -65,7 +65,8 @@ SELECT g.group_key, g.paused_at, g.limited_until, g.concurrency, g.rate_limit, g
 FROM {schema}.job_groups g
 LEFT JOIN {schema}.queue_settings qs ON qs.queue = g.queue
 WHERE g.queue = $1 AND ($2::text IS NULL OR g.group_key = $2)
-ORDER BY g.group_key <= coalesce(qs.group_cursor, ''), g.group_key;
+ORDER BY g.group_key <= coalesce(qs.group_cursor, ''), g.group_key
+LIMIT $3;
 
 -- name: reset_group
 -- Clear the pause and the limits of group $2 of queue $1; a row when it has a row. The row

@@ -358,3 +358,38 @@ async def test_concurrent_edits_and_upserts_leave_one_scheduler_with_one_next_ru
     [scheduler] = await queue.getJobSchedulers()
     runs = await queue.getDelayed() + await queue.getWaiting()
     assert [run.id for run in runs] == [f"repeat:digest:{scheduler['next']}"]
+
+
+async def test_a_grouped_queue_lists_its_groups_and_pauses_one(
+    client: httpx.AsyncClient, queue: bullmq_compat.Queue
+) -> None:
+    for n in range(3):
+        await queue.add("a", {"n": n}, {"group": {"id": "tenant-a"}})
+    await queue.add("b", {}, {"group": {"id": "tenant-b"}})
+    await queue.setGroupRateLimit("tenant-b", 5, 60_000)
+    page = await client.get("/queues/acts")
+    rows = dict(re.findall(r'<tr data-group="([^"]+)">(.*?)</tr>', page.text, re.S))
+    assert set(rows) == {"tenant-a", "tenant-b"}
+    assert ">waiting</span>" in rows["tenant-a"] and "<td>3</td>" in rows["tenant-a"]
+    assert "<td>5 / 1 min</td>" in rows["tenant-b"]
+    done = await client.post("/queues/acts/group", data={"csrf": csrf_of(page),
+                                                         "group": "tenant-a", "op": "pause"})  # fmt: skip
+    assert done.status_code == 303 and "group+tenant-a+paused" in done.headers["location"]
+    assert await queue.getGroupStatus("tenant-a") == "paused"
+    again = await client.post("/queues/acts/group", data={"csrf": csrf_of(page),
+                                                          "group": "tenant-a", "op": "pause"})  # fmt: skip
+    assert "was+paused+already" in again.headers["location"]
+    after = await client.get("/queues/acts")
+    [row] = re.findall(r'<tr data-group="tenant-a">(.*?)</tr>', after.text, re.S)
+    assert ">paused</span>" in row and ">Resume</button>" in row
+    bad = await client.post("/queues/acts/group", data={"csrf": csrf_of(page), "group": "x",
+                                                        "op": "drop"})  # fmt: skip
+    assert bad.status_code == 400
+
+
+async def test_a_queue_without_groups_shows_no_groups_panel(
+    client: httpx.AsyncClient, queue: bullmq_compat.Queue
+) -> None:
+    await queue.add("plain", {})
+    page = await client.get("/queues/acts")
+    assert 'id="groups"' not in page.text
