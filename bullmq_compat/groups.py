@@ -15,7 +15,7 @@ from typing import Any
 
 import pgjobs
 from bullmq_compat.job import Job
-from bullmq_compat.mapping import KIND, rate_limit
+from bullmq_compat.mapping import KIND, rate_limit, to_engine_priority
 from bullmq_compat.paging import job_range
 from pgjobs import JobFilter, SubState
 
@@ -100,6 +100,22 @@ class GroupMethods:
         """How many jobs all groups hold (``maxCount``, BullMQ Pro's batch size, is not
         needed: one query counts them)."""
         return sum(g.ready for g in await self._groups())
+
+    async def getCountsPerPriorityForGroup(
+        self, groupId: str, priorities: list[int]
+    ) -> dict[str, int]:
+        """How many of the group's jobs have each of ``priorities`` (its ``group.priority``; 0
+        for none), keyed by the priority as text."""
+        jobs = await self.engine()
+        key = _group_id(groupId)
+        counts: dict[str, int] = {}
+        for priority in priorities:
+            where = JobFilter(
+                queue=self.qualifiedName, group_key=key, sub_state=_READY,
+                priority=to_engine_priority(priority),
+            )  # fmt: skip
+            counts[str(priority)] = sum((await jobs.substate_counts(where)).values())
+        return counts
 
     async def getGroupActiveCount(self, groupId: str) -> int:
         """How many jobs of the group are active."""

@@ -213,6 +213,12 @@ class Job:
         self.queueQualifiedName = queue.qualifiedName
         self._pending_logs: list[asyncio.Future[Any]] = []
 
+    @property
+    def gid(self) -> str | None:
+        """BullMQ Pro's group id of the job (its ``group.id`` option), or None."""
+        group = self.opts.get("group")
+        return group.get("id") if isinstance(group, dict) else None
+
     if not TYPE_CHECKING:  # hidden from mypy, which would take any misspelt field for one
 
         def __getattr__(self, name: str) -> Any:

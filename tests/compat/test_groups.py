@@ -130,6 +130,8 @@ async def test_group_getters_count_and_list_the_groups_jobs(opts: dict) -> None:
         {"id": "a", "count": 3}, {"id": "b", "count": 2},
     ]  # fmt: skip
     assert await queue.getGroupActiveCount("a") == 0
+    assert await queue.getCountsPerPriorityForGroup("b", [1, 0, 7]) == {"1": 1, "0": 1, "7": 0}
+    assert [job.gid for job in in_b] == ["b", "b"]
     with pytest.raises(ValueError, match="end must be greater than -1"):
         await queue.getGroups(0, -2)
     await queue.deleteGroup("a")
