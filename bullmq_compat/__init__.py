@@ -13,6 +13,7 @@ queue)``, ``edge_policy(child_opts)``, ``bullmq_state(sub_state, priority)``,
 from bullmq_compat.abort_controller import AbortController, AbortError, AbortSignal
 from bullmq_compat.custom_errors import (
     DelayedError,
+    GroupMaxSizeExceededError,
     RateLimitError,
     UnrecoverableError,
     WaitingChildrenError,
@@ -43,6 +44,7 @@ __all__ = [
     "AbortSignal",
     "DelayedError",
     "FlowProducer",
+    "GroupMaxSizeExceededError",
     "Job",
     "JobScheduler",
     "MetricsTime",

@@ -19,3 +19,8 @@ class WaitingChildrenError(Exception):
 
 class RateLimitError(Exception):
     """Raised after ``worker.rateLimit(ms)``: the job goes back to waiting without counting."""
+
+
+class GroupMaxSizeExceededError(Exception):
+    """BullMQ Pro's: ``add`` of a job whose group already holds ``group.maxSize`` jobs; the job
+    is not added."""

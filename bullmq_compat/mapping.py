@@ -513,9 +513,10 @@ def rate_limit(
 
 
 def job_group(value: Any) -> tuple[str | None, int | None]:
-    """BullMQ Pro's job option ``group`` ``{id, priority}`` as the engine's group key and the
-    job's priority within its group (BullMQ's priority: 0 or none first, then 1, 2, ...);
-    (None, None) without one. ``maxSize`` is refused: nothing here bounds a group."""
+    """BullMQ Pro's job option ``group`` ``{id, priority, maxSize}`` as the engine's group key
+    and the job's priority within its group (BullMQ's priority: 0 or none first, then 1, 2,
+    ...); (None, None) without one. ``maxSize`` is checked here and enforced by ``Queue.add``
+    (``group_max_size``)."""
     if value is None:
         return None, None
     if not isinstance(value, dict):
@@ -523,14 +524,24 @@ def job_group(value: Any) -> tuple[str | None, int | None]:
     unknown = set(value) - {"id", "priority", "maxSize"}
     if unknown:
         raise InvalidOption("group", f"unknown keys {sorted(unknown)}")
-    if value.get("maxSize") is not None:
-        raise InvalidOption("group.maxSize", "is not supported: a group's size is unbounded")
+    group_max_size(value)
     group_id = value.get("id")
     if not isinstance(group_id, str) or not group_id:
         raise InvalidOption(
             "group.id", f"must be a non-empty string (as in BullMQ Pro 3+), got {group_id!r}"
         )
     return _text("group.id", group_id), value.get("priority")
+
+
+def group_max_size(group: Any) -> int | None:
+    """The ``maxSize`` of a job's ``group`` option: the most jobs its group may hold when the
+    job is added; None without one."""
+    if not isinstance(group, dict) or group.get("maxSize") is None:
+        return None
+    size = group["maxSize"]
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise InvalidOption("group.maxSize", f"must be a whole number of jobs >= 1, got {size!r}")
+    return size
 
 
 def worker_group(opts: dict[str, Any]) -> tuple[int | None, tuple[int, float] | None]:

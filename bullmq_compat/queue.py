@@ -14,6 +14,7 @@ from typing import Any
 import pgjobs
 from bullmq_compat import job_scheduler as schedulers
 from bullmq_compat.connection import EngineConnection
+from bullmq_compat.custom_errors import GroupMaxSizeExceededError
 from bullmq_compat.groups import GroupMethods
 from bullmq_compat.job import Job, job_id_of
 from bullmq_compat.mapping import (
@@ -27,6 +28,7 @@ from bullmq_compat.mapping import (
     event_count,
     events_max_len,
     facade_registry,
+    group_max_size,
     json_data,
     options_key,
     rate_limit,
@@ -233,6 +235,18 @@ class Queue(GroupMethods):
         ``connection`` (a pgjobs extension): an asyncpg connection in a transaction; the job is
         written in it and exists only if that transaction commits."""
         spec, merged = self._spec(name, data, opts)
+        max_size = group_max_size(merged.get("group"))
+        if max_size is not None:
+            jobs = await self.engine()
+            if connection is None:  # the group's bound, checked and kept in one transaction
+                async with jobs.transaction() as conn:
+                    return await self.add(name, data, opts, connection=conn)
+            assert spec.group_key is not None
+            held = await jobs.lock_group(self.qualifiedName, spec.group_key, connection=connection)
+            if held >= max_size:
+                raise GroupMaxSizeExceededError(
+                    f"Group {spec.group_key} has reached its max size of {max_size} jobs"
+                )
         if merged.get("parent"):
             jobs = await self.engine()
             result = await self._add_child(jobs, spec, merged, connection)
@@ -245,6 +259,11 @@ class Queue(GroupMethods):
 
     async def addBulk(self, jobs: Sequence[BulkJob], *, connection: Any = None) -> list[Job]:
         """Add many jobs in one statement (all or nothing); ``connection`` as for ``add``."""
+        for job in jobs:
+            if group_max_size({**self.jobsOpts, **(job.get("opts") or {})}.get("group")):
+                raise pgjobs.InvalidOption(
+                    "group.maxSize", "is not available for addBulk (as in BullMQ Pro): use add"
+                )
         if jobs:
             added = await self._add_uniform_bulk(jobs, connection)
             if added is not None:

@@ -912,6 +912,11 @@ class JobQueue:
         """Start no job of the group for ``seconds`` (a manual rate limit)."""
         await self._groups.limit_for(queue, group, seconds)
 
+    async def lock_group(self, queue: str, group: str, *, connection: Connection) -> int:
+        """Lock the group until ``connection``'s transaction ends and return how many ready
+        jobs it holds: check a bound on its size, then enqueue in that transaction."""
+        return await self._groups.lock(queue, group, connection)
+
     async def reset_group(self, queue: str, group: str) -> bool:
         """Clear the group's pause and limits; False when the group has never been seen."""
         return await self._groups.reset(queue, group)

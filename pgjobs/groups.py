@@ -112,6 +112,14 @@ class Groups:
             await self._lock(conn, queue)
             return await self._db.fetchrow("reset_group", queue, _key(group), conn=conn) is not None
 
+    async def lock(self, queue: str, group: str, connection: Any) -> int:
+        """Lock ``group`` until ``connection``'s transaction ends and count its ready jobs:
+        a bound on its size checked, then an enqueue in the same transaction, is race-free
+        (every other such check waits, then counts what this one added)."""
+        key = _key(group)
+        await self._db.fetchrow("lock_group", validation.queue(queue), key, conn=connection)
+        return int(await self._db.fetchval("group_ready_count", queue, key, conn=connection))
+
     async def all(
         self, queue: str, group: str | None = None, limit: int | None = None
     ) -> list[Group]:

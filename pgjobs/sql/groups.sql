@@ -77,3 +77,19 @@ SET paused_at = NULL, concurrency = NULL, rate_limit = NULL, rate_period = NULL,
     limited_until = NULL, window_start = NULL, window_count = 0
 WHERE g.queue = $1 AND g.group_key = $2
 RETURNING g.group_key;
+
+-- name: lock_group
+-- Lock the row of group $2 of queue $1 (made if missing) until the transaction ends: adds that
+-- bound the group's size (BullMQ Pro's maxSize) take it in turn.
+INSERT INTO {schema}.job_groups AS g (queue, group_key) VALUES ($1, $2)
+ON CONFLICT (queue, group_key) DO UPDATE SET queue = g.queue
+RETURNING g.group_key;
+
+-- name: group_ready_count
+-- The ready jobs of group $2 of queue $1 (pending, due, held by no prerequisite). After
+-- lock_group, in a statement of its own: its snapshot then holds every add that took the lock
+-- before. Due by this statement's start, not the transaction's: an add that took the lock
+-- first may have begun after this transaction, its job due at its own start.
+SELECT count(*) FROM {schema}.jobs j
+WHERE j.queue = $1 AND j.group_key = $2 AND j.status = 'pending'
+  AND (j.pending_deps = 0 OR NOT j.waits) AND j.run_at <= statement_timestamp();

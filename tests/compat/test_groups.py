@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from bullmq_compat import Queue, Worker
-from pgjobs import InvalidOption
+from bullmq_compat import GroupMaxSizeExceededError, Queue, Worker
+from pgjobs import InvalidOption, JobQueue
 from tests.helpers import eventually
+from tests.interleave import overlap
 
 
 async def run_until(worker: Worker, done: asyncio.Event) -> None:
@@ -196,7 +197,10 @@ async def test_bad_group_options_are_refused_naming_the_option(opts: dict) -> No
     with pytest.raises(InvalidOption, match=r"group\.id"):
         await queue.add("x", {}, {"group": {"id": 7}})
     with pytest.raises(InvalidOption, match=r"group\.maxSize"):
-        await queue.add("x", {}, {"group": {"id": "a", "maxSize": 10}})
+        await queue.add("x", {}, {"group": {"id": "a", "maxSize": 0}})
+    with pytest.raises(InvalidOption, match=r"group\.maxSize"):
+        await queue.addBulk([{"name": "x", "data": {}, "opts": {"group": {"id": "a",
+                                                                       "maxSize": 5}}}])  # fmt: skip
     with pytest.raises(InvalidOption, match=r"group\.priority"):
         await queue.add("x", {}, {"group": {"id": "a", "priority": 2}, "priority": 3})
     with pytest.raises(InvalidOption, match=r"group\.concurrency"):
@@ -206,4 +210,53 @@ async def test_bad_group_options_are_refused_naming_the_option(opts: dict) -> No
         Worker("bad", lambda job, token: None, {**opts, "autorun": False,
                                                 "group": {"limit": {"max": 1}}})  # fmt: skip
     assert await queue.getJobCounts("waiting") == {"waiting": 0}
+    await queue.close()
+
+
+async def test_max_size_refuses_an_add_to_a_full_group(opts: dict) -> None:
+    queue = Queue("sized", opts)
+    bounded = {"group": {"id": "g", "maxSize": 2}}
+    await queue.add("a", {"n": 1}, bounded)
+    await queue.add("a", {"n": 2}, bounded)
+    with pytest.raises(GroupMaxSizeExceededError, match="max size of 2"):
+        await queue.add("a", {"n": 3}, bounded)
+    assert await queue.getGroupJobsCount("g") == 2  # the refused job was not added
+    await queue.add("a", {"n": 4}, {"group": {"id": "g"}})  # no bound given: added
+    assert await queue.getGroupJobsCount("g") == 3
+    await queue.close()
+
+
+async def test_two_adds_racing_for_a_groups_last_place_admit_one(
+    opts: dict, jobs: JobQueue
+) -> None:
+    queue = Queue("race", opts)
+    bounded = {"group": {"id": "g", "maxSize": 2}}
+    await queue.add("a", {"n": 1}, bounded)
+
+    async def add(conn: Any) -> Any:
+        try:
+            return await queue.add("a", {}, bounded, connection=conn)
+        except GroupMaxSizeExceededError as exc:
+            return exc
+
+    first, second, waited = await overlap(jobs.pool, add, add)
+    assert waited and not isinstance(first, Exception)
+    assert isinstance(second, GroupMaxSizeExceededError)
+    assert await queue.getGroupJobsCount("g") == 2
+    await queue.close()
+
+
+async def test_concurrent_adds_never_overfill_a_group(opts: dict) -> None:
+    queue = Queue("crowd", opts)
+    bounded = {"group": {"id": "g", "maxSize": 7}}
+
+    async def add(n: int) -> bool:
+        try:
+            await queue.add("a", {"n": n}, bounded)
+            return True
+        except GroupMaxSizeExceededError:
+            return False
+
+    added = await asyncio.gather(*(add(n) for n in range(40)))
+    assert sum(added) == 7 and await queue.getGroupJobsCount("g") == 7
     await queue.close()
