@@ -429,6 +429,7 @@ class Dashboard:
             buckets = await self.reads.queue_metrics(queue, "minute", hour_ago)
             throughput = charts.throughput(buckets)
         groups = [] if tenant is not None else await self.reads.list_groups(queue, limit=GROUPS)
+        groups = [g for g in groups if g.status or g.concurrency or g.rate_limit]  # not idle
 
         def query(**changes: Any) -> str:
             values = {**{k: v for k, v in filters.items() if v}, "state": tab.key,
