@@ -57,6 +57,18 @@ async def test_jobs_without_a_group_come_first(jobs: JobQueue, kinds: None) -> N
     assert await claim_groups(jobs, 2) == ["a", "a"]
 
 
+async def test_the_rotation_goes_on_from_the_last_group_a_claim_served(
+    jobs: JobQueue, kinds: None
+) -> None:
+    await jobs.enqueue_many([spec(None, 9)])
+    await jobs.enqueue_many([spec(g, n) for n in range(2) for g in ("a", "b", "c")])
+    # (claim returns its jobs in claim order: compared as sets of groups)
+    assert Counter(await claim_groups(jobs, 2)) == {None: 1, "a": 1}  # room for one group
+    assert Counter(await claim_groups(jobs, 2)) == {"b": 1, "c": 1}
+    assert Counter(await claim_groups(jobs, 2)) == {"a": 1, "b": 1}  # wrapped around
+    assert Counter(await claim_groups(jobs, 2)) == {"c": 1}
+
+
 async def test_a_paused_group_waits_and_resumes(jobs: JobQueue, kinds: None) -> None:
     assert await jobs.pause_group("gq", "later")  # before it has a job, as BullMQ Pro allows
     assert not await jobs.pause_group("gq", "later")

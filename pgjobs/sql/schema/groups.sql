@@ -62,6 +62,7 @@ DECLARE
     keys     text[] := '{}';   -- the groups served, in rotation order, and their allowances
     g_allows int[]  := '{}';
     share    int;
+    served   int;              -- how many of keys the claim took a job from
     picked   bigint[];
 BEGIN
     IF p_allow <= 0 THEN
@@ -142,9 +143,11 @@ BEGIN
           LIMIT p_allow * 2) w
     WHERE w.group_key IS NULL;
     picked := picked[1 : p_allow];
+    served := cardinality(keys);
     IF cardinality(keys) >= p_allow - cardinality(picked) THEN
         -- a round of one job per group fills the claim: the walk's heads
-        picked := picked || heads[1 : p_allow - cardinality(picked)];
+        served := p_allow - cardinality(picked);
+        picked := picked || heads[1 : served];
     ELSIF cardinality(keys) > 0 THEN
         -- fewer groups than the claim's room: round by round, each group up to its allowance
         -- and its share (more would be read only to be left)
@@ -167,8 +170,8 @@ BEGIN
         ) c;
     END IF;
 
-    IF cardinality(keys) > 0 THEN
-        UPDATE {schema}.queue_settings qs SET group_cursor = keys[cardinality(keys)]
+    IF served > 0 THEN  -- the last group served
+        UPDATE {schema}.queue_settings qs SET group_cursor = keys[served]
         WHERE qs.queue = p_queue;
     END IF;
     IF kept THEN
@@ -191,7 +194,7 @@ BEGIN
                      coalesce(min(jg2.rate_limit), p_group_rate) AS rate,
                      coalesce(min(jg2.rate_period), p_group_period) AS period,
                      coalesce(min(jg2.concurrency), p_cap) AS cap
-              FROM unnest(keys) AS k(group_key)
+              FROM unnest(keys[1 : served]) AS k(group_key)
               JOIN {schema}.job_groups jg2 ON jg2.queue = p_queue AND jg2.group_key = k.group_key
               LEFT JOIN {schema}.jobs j ON j.id = ANY(picked) AND j.group_key = k.group_key
               GROUP BY k.group_key) n
