@@ -16,7 +16,7 @@ from typing import Any
 import pgjobs
 from bullmq_compat.job import Job
 from bullmq_compat.mapping import KIND, rate_limit, to_engine_priority
-from bullmq_compat.paging import job_range
+from bullmq_compat.paging import in_range, job_range
 from pgjobs import JobFilter, SubState
 
 STATUSES = ("waiting", "limited", "maxed", "paused")
@@ -32,10 +32,11 @@ def _group_id(group_id: Any) -> str:
 
 
 def _slice(items: list[Any], start: int, end: int) -> list[Any]:
-    """BullMQ's ``start``..``end`` (inclusive; -1: the last); ``end`` below -1 is refused."""
+    """BullMQ's ``start``..``end`` (inclusive; -1: the last); ``end`` below -1 is refused, as
+    BullMQ Pro's group getters refuse it."""
     if end < -1:
         raise ValueError("end must be greater than -1")
-    return items[start:] if end == -1 else items[start : end + 1]
+    return in_range(items, start, end)
 
 
 class GroupMethods:
@@ -183,8 +184,8 @@ class GroupMethods:
         return int((max(ends) - now).total_seconds() * 1000) if ends else 0
 
     async def deleteGroup(self, groupId: str) -> None:
-        """Remove the jobs the group holds (waiting, prioritized and delayed; active ones
-        finish) and its pause and limits."""
+        """Remove the group's jobs that have not started (waiting, prioritized, delayed,
+        waiting-children; active ones finish) and clear its pause and limits."""
         jobs = await self.engine()
         key = _group_id(groupId)
         where = JobFilter(queue=self.qualifiedName, group_key=key, status=pgjobs.Status.PENDING)

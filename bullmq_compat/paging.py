@@ -1,11 +1,22 @@
-"""BullMQ's ``start``..``end`` ranges of jobs, read from the engine a page at a time."""
+"""BullMQ's ``start``..``end`` ranges (inclusive; a negative ``end``: to the last), of a list
+or of jobs read from the engine a page at a time."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeVar
 
 import pgjobs
 from pgjobs import JobFilter, JobRow
 
 PAGE = 1000
+
+T = TypeVar("T")
+
+
+def in_range(items: Sequence[T], start: int, end: int) -> list[T]:
+    """``items[start..end]``, BullMQ's inclusive range (a negative ``end``: to the last)."""
+    return list(items[start:] if end < 0 else items[start : end + 1])
 
 
 async def job_range(

@@ -36,7 +36,7 @@ from bullmq_compat.mapping import (
     stored_data_array,
     to_engine_priority,
 )
-from bullmq_compat.paging import job_range
+from bullmq_compat.paging import in_range, job_range
 from bullmq_compat.types import BulkJob, JobOptions, QueueBaseOptions
 from pgjobs import JobFilter, JobRow, JobSpec, SubState
 
@@ -636,7 +636,7 @@ class Queue(GroupMethods):
         lines = [line.line for line in page.lines]
         if not asc:
             lines.reverse()
-        selected = lines[start:] if end < 0 else lines[start : end + 1]
+        selected = in_range(lines, start, end)
         return {"logs": selected, "count": page.total}
 
     async def getMetrics(self, type: str, start: int = 0, end: int = -1) -> dict[str, Any]:
@@ -653,7 +653,7 @@ class Queue(GroupMethods):
         )
         points = [b.completed if type == "completed" else b.dead for b in reversed(buckets)]
         total = sum(points)
-        data = points[start:] if end < 0 else points[start : end + 1]
+        data = in_range(points, start, end)
         newest = buckets[-1].start if buckets else now
         return {
             "meta": {"count": total, "prevTS": int(newest.timestamp() * 1000), "prevCount": total},
@@ -742,7 +742,7 @@ class Queue(GroupMethods):
             if s.name.startswith(prefix)
         ]
         found.sort(key=lambda s: (s["next"] is None, s["next"] or 0), reverse=not asc)
-        return found[start:] if end < 0 else found[start : end + 1]
+        return in_range(found, start, end)
 
     async def getJobSchedulersCount(self) -> int:
         """How many job schedulers the queue has."""

@@ -209,3 +209,23 @@ async def test_a_thousand_skewed_groups_all_progress_and_none_exceeds_its_limit(
     for group in await jobs.list_groups("gq"):
         started[group.key] = group.window_count
     assert all(started[g] == per_group[g] for g in sizes)
+
+
+async def test_a_grouped_pick_racing_a_cancel_leaves_the_cancelled_job_alone(
+    jobs: JobQueue, kinds: None
+) -> None:
+    """The grouped pick locks no row; the claim's update re-checks each job: a cancel that
+    commits while the claim waits for its row wins, and the claim takes the others."""
+    [first, *rest] = [r.id for r in await jobs.enqueue_many([spec("a", n) for n in range(3)])]
+    sql = f"SELECT id FROM {jobs.schema}.claim_jobs($1, $2, 5, 30, 0)"
+
+    async def cancel(conn: Any) -> Any:
+        return await jobs.cancel(first, connection=conn)
+
+    async def take(conn: Any) -> list[int]:
+        return sorted(r["id"] for r in await conn.fetch(sql, ["gq"], ["g"]))
+
+    _, taken, waited = await overlap(jobs.pool, cancel, take)
+    assert waited and taken == sorted(rest)
+    [row] = await jobs.db.pool.fetch(f"SELECT status FROM {jobs.schema}.jobs WHERE id = $1", first)
+    assert row["status"] == "cancelled"
