@@ -1,21 +1,23 @@
 """History at scale: `./run bench-scale [N]` (default 10,000,000 finished jobs).
 
 Two schemas on one server: one empty, one holding N finished jobs of one queue finished over
-ten days (bench/history.py: the engine's row shape, counted as the engine counts), vacuumed
-once written (as autovacuum leaves a table a while after a bulk write). Measured:
+ten days (bench/history.py: the engine's row shape, where GC keeps them, counted as the
+engine counts), vacuumed once written (as autovacuum leaves a table a while after a bulk
+write). Measured:
 
 - processing 10,000 no-op jobs at concurrency 10 in each, interleaved (empty, history, three
   times), as the ratio of the medians: what the history costs the hot path;
 - the reads that grow with history in the history schema: ``queue_stats``, ``substate_counts``
   of every queue, the dashboard's overview and the history queue's page (server time, median
   of 7 in-process requests);
-- pruning the oldest day of history as retention does today (``purge`` with
-  ``finished_before``: a DELETE), its time, and the tables' size before and after;
-- the bound of pruning by dropping: the same history copied into a table partitioned by day
-  of finish, one day's partition dropped (its time and the space it gives back);
-- ten simulated days of retention at a steady rate (N/10 jobs a day, each day's jobs added
-  and every job older than a day pruned, then a plain VACUUM as autovacuum would run): the
-  tables' size each day.
+- pruning the oldest day of history as GC does (``drop_history``: the day's partition
+  dropped), its time, and the tables' size before and after;
+- what moving costs: a day's completed jobs (N/10, at most MOVED_AT_MOST) finished in
+  ``jobs_live`` and moved by GC to their day's partition, in jobs per second;
+- ten simulated days of retention at a steady rate (N/10 jobs a day, at most
+  STEADY_AT_MOST; each day's jobs added, then GC keeping a day: the days past it dropped,
+  the dead jobs past it deleted; then a plain VACUUM as autovacuum would run): the tables'
+  size each day.
 
 Prints Markdown; the figures go on docs/performance.md.
 """
@@ -37,10 +39,13 @@ from bench.history import top_up_history
 from pgjobs import JobContext, JobFilter, JobQueue, JobSpec, Registry, create_pool
 from pgjobs.dashboard import create_app
 from pgjobs.devserver import find_or_start_postgres
+from pgjobs.maintenance import GcInput, collect_garbage, drop_history, move_to_history
 
 DAY = 86_400
 JOBS = 10_000
 REQUESTS = 7
+MOVED_AT_MOST = 2_000_000
+STEADY_AT_MOST = 1_000_000
 
 
 class Noop(pydantic.BaseModel):
@@ -92,45 +97,32 @@ async def _size_mib(jobs: JobQueue) -> float:
     return float(size or 0) / 2**20
 
 
-async def _drop_bound(jobs: JobQueue, oldest: datetime) -> tuple[int, float, float]:
-    """What pruning by dropping would cost: the history copied into a table partitioned by
-    day of finish (with the jobs table's primary key and finish-time index per partition),
-    then the day after ``oldest`` dropped. Its rows, the seconds the DROP took, the MiB it
-    gave back. The copy is dropped afterwards."""
-    schema = jobs.db.schema
-    start = oldest.replace(hour=0, minute=0, second=0, microsecond=0)
-    days = 12
-    await jobs.pool.execute(
-        f"CREATE TABLE {schema}.history_by_day (LIKE {schema}.jobs INCLUDING DEFAULTS)"
-        " PARTITION BY RANGE (finished_at)"
-    )
+async def _moving_rate(pool: object, size: int, tag: str) -> tuple[int, float]:
+    """A day's completed jobs finished in jobs_live and moved by GC: how many, and the jobs
+    per second of the move (partition creation included)."""
+    moving = await JobQueue.connect(pool=pool, schema=f"scale_moving_{tag}")  # type: ignore[arg-type]
+    await moving.migrate()
     try:
-        for day in range(days):
-            low, high = start + timedelta(days=day), start + timedelta(days=day + 1)
-            await jobs.pool.execute(
-                f"CREATE TABLE {schema}.history_day_{day} PARTITION OF {schema}.history_by_day"
-                f" FOR VALUES FROM ('{low.isoformat()}') TO ('{high.isoformat()}')"
-            )
-        await jobs.pool.execute(
-            f"INSERT INTO {schema}.history_by_day SELECT * FROM {schema}.jobs"
-            " WHERE finished_at >= $1 AND finished_at < $2",
-            start,
-            start + timedelta(days=days),
+        schema = moving.db.schema
+        await moving.pool.execute(  # counted as the engine counts them
+            f"WITH ins AS (INSERT INTO {schema}.jobs (queue, kind, name, payload, output, status,"
+            " max_attempts, attempts, backoff, created_at, started_at, finished_at)"
+            " SELECT 'moving', 'noop', 'noop', jsonb_build_object('i', g), 'null', 'completed',"
+            " 1, 1, '{}', now() - interval '2 days', now() - interval '2 days',"
+            " now() - interval '1 day' - make_interval(secs => g::float8 / $1 * 3600)"
+            " FROM generate_series(1, $1) AS g RETURNING 1)"
+            f" INSERT INTO {schema}.finished_counts (queue, status, n)"
+            " SELECT 'moving', 'completed', count(*) FROM ins",
+            size,
         )
-        await jobs.pool.execute(
-            f"ALTER TABLE {schema}.history_by_day ADD PRIMARY KEY (id, finished_at)"
-        )
-        await jobs.pool.execute(
-            f"CREATE INDEX ON {schema}.history_by_day (queue, status, finished_at, id)"
-        )
-        victim = f"{schema}.history_day_1"
-        rows = await jobs.pool.fetchval(f"SELECT count(*) FROM {victim}")
-        size = await jobs.pool.fetchval(f"SELECT pg_total_relation_size('{victim}')")
+        await moving.pool.execute(f"VACUUM (ANALYZE) {schema}.jobs")
         started = time.perf_counter()
-        await jobs.pool.execute(f"DROP TABLE {victim}")
-        return int(rows), time.perf_counter() - started, float(size) / 2**20
+        moved = await move_to_history(
+            moving.db, GcInput(history_after=3600, completed_after=30 * DAY, batch=50_000)
+        )
+        return int(moved or 0), time.perf_counter() - started
     finally:
-        await jobs.pool.execute(f"DROP TABLE IF EXISTS {schema}.history_by_day")
+        await pool.execute(f"DROP SCHEMA {moving.db.schema} CASCADE")  # type: ignore[attr-defined]
 
 
 async def main(size: int) -> None:
@@ -172,12 +164,20 @@ async def main(size: int) -> None:
                 ),
             }
 
-        before = await _size_mib(full)
-        cutoff = datetime.now(UTC) - timedelta(seconds=9 * DAY)  # the oldest of ten days
-        started = time.perf_counter()
-        pruned = await full.purge(  # as retention does: no 'removed' events
-            JobFilter(queue="bull:history", finished_before=cutoff), removed_events=False
-        )
+        # The oldest day is partial (the history starts within it): dropped first, not timed.
+        # Then the next, a whole day, past retention as it is after midnight.
+        days = [
+            r["d"]
+            for r in await full.pool.fetch(f"SELECT d FROM {full.db.schema}.history_days() d")
+        ]
+        before = 0.0
+        for day, timed in ((days[0], False), (days[1], True)):
+            end = datetime.combine(day + timedelta(days=1), datetime.min.time(), UTC)
+            gc = GcInput(completed_after=(datetime.now(UTC) - end).total_seconds() - 60)
+            if timed:
+                before = await _size_mib(full)
+            started = time.perf_counter()
+            dropped, _ = await drop_history(full.db, gc)
         prune_seconds = time.perf_counter() - started
         after = await _size_mib(full)
 
@@ -187,18 +187,15 @@ async def main(size: int) -> None:
               f"{statistics.median(rates['empty']):,.0f} jobs/s) |")  # fmt: skip
         for label, ms in reads.items():
             print(f"| {label} | {ms:,.1f} ms |")
-        print(
-            f"| pruning the oldest day ({pruned.deleted:,} rows, DELETE) | {prune_seconds:,.1f} s |"
-        )
+        print(f"| pruning a whole day ({sum(dropped.values()):,} rows, its partition dropped) "
+              f"| {prune_seconds * 1000:,.0f} ms |")  # fmt: skip
         print(f"| tables before / after pruning | {before:,.0f} / {after:,.0f} MiB |")
-        bound = await _drop_bound(full, cutoff)
-        print(
-            f"| the bound: the next day dropped from a copy partitioned by finish day "
-            f"({bound[0]:,} rows) | {bound[1] * 1000:,.1f} ms, {bound[2]:,.0f} MiB returned |"
-        )
+        moved, move_seconds = await _moving_rate(pool, min(max(size // 10, 1), MOVED_AT_MOST), tag)
+        print(f"| GC moving {moved:,} completed jobs to their day | {move_seconds:,.1f} s, "
+              f"{moved / move_seconds:,.0f} jobs/s |")  # fmt: skip
 
-        # ten simulated days at a steady rate, retention keeping one day
-        per_day = max(size // 10, 1)
+        # ten simulated days at a steady rate, retention keeping a day
+        per_day = min(max(size // 10, 1), STEADY_AT_MOST)
         steady = await JobQueue.connect(pool=pool, schema=f"scale_steady_{tag}")
         await steady.migrate()
         sizes = []
@@ -210,9 +207,10 @@ async def main(size: int) -> None:
                 )
                 await top_up_history(steady, have + per_day, queue="steady",
                                      spread_seconds=DAY, ended_seconds_ago=ago)  # fmt: skip
-                kept_from = datetime.now(UTC) - timedelta(seconds=ago + DAY)
-                await steady.purge(
-                    JobFilter(queue="steady", finished_before=kept_from), removed_events=False
+                kept = ago + DAY  # GC as a job would run it: moves, drops, deletes
+                await collect_garbage(
+                    steady.db,
+                    GcInput(completed_after=kept, dead_after=kept, cancelled_after=kept),
                 )
                 await steady.fold_finished_counts()  # as running workers do
                 await steady.pool.execute(f"VACUUM {steady.db.schema}.jobs")

@@ -47,8 +47,10 @@ UNBOUNDED_STATEMENTS = frozenset(
         "count_running_where", "flow_job_ids", "purge_lock", "reschedule",
         # maintenance: garbage collection, metrics, vacuum, trims of the event log
         "try_lock", "gc_jobs", "gc_flows", "gc_dedup_holds", "gc_workers", "sweep_window",
-        "sweep_count", "sweep_advance", "downsample", "dead_tuples", "vacuum_jobs",
-        "vacuum_job_events", "vacuum_dedup_holds", "vacuum_queue_settings",
+        "sweep_count", "sweep_advance", "downsample", "dead_tuples", "vacuum_jobs_live",
+        "vacuum_job_events", "history_batch", "create_history_partition", "move_to_history",
+        "droppable_history_days", "drop_history_day", "set_lock_timeout", "vacuum_dedup_holds",
+        "vacuum_queue_settings",
         "trim_queue_events", "trim_events",
         # reads whose time grows with history
         "substate_counts", "list_jobs", "queue_stats", "list_flows", "queue_metrics",
@@ -469,8 +471,9 @@ class Database:
         self, work: Callable[[Connection], Awaitable[T]], connection: Connection | None = None
     ) -> T:
         """``work(conn)`` in one transaction: a savepoint of the caller's ``connection`` (whose
-        transaction decides), or one of our own, run again when PostgreSQL broke a deadlock
-        (it rolled everything back, so nothing was half-written)."""
+        transaction decides), or one of our own, run again when PostgreSQL broke a deadlock or
+        refused a serialization conflict, such as a row it waited for having moved to a history
+        partition (it rolled everything back, so nothing was half-written)."""
         if connection is not None:
             async with connection.transaction():
                 return await work(connection)
@@ -478,7 +481,7 @@ class Database:
             try:
                 async with self.transaction() as conn:
                     return await work(conn)
-            except asyncpg.DeadlockDetectedError:
+            except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError):
                 if attempt == MAX_DEADLOCK_RETRIES - 1:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover

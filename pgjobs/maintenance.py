@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import asyncpg
 import pydantic
 
 from pgjobs.context import JobContext
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 GC_KIND = "pgjobs.gc"
 SWEEP_KIND = "pgjobs.metrics_sweep"
 VACUUM_KIND = "pgjobs.vacuum"
-CHURNING_TABLES = ("dedup_holds", "job_events", "jobs", "queue_settings", "worker_windows")
+CHURNING_TABLES = ("dedup_holds", "job_events", "jobs_live", "queue_settings", "worker_windows")
 """Every job leaves dead tuples in these: each transition is an UPDATE (or an INSERT and a
 DELETE), every claim of a rate-limited queue updates its settings row, and every claim of a
 worker with its own rate limit its queue's worker window."""
@@ -31,6 +32,8 @@ class GcInput(pydantic.BaseModel):
     """Global retention (seconds; None keeps forever), on top of each job's own rule."""
 
     completed_after: float | None = pydantic.Field(default=7 * DAY, ge=0)
+    """Completed jobs in history partitions go a whole (UTC) day at a time, when the day's
+    partition is dropped: each stays between this long and a day longer."""
     dead_after: float | None = pydantic.Field(default=30 * DAY, ge=0)
     cancelled_after: float | None = pydantic.Field(default=7 * DAY, ge=0)
     flow_rows_after: float = pydantic.Field(default=DAY, ge=0)
@@ -39,6 +42,15 @@ class GcInput(pydantic.BaseModel):
     """The event log keeps this many newest events of each queue (BullMQ's stream length)."""
     events_after: float = pydantic.Field(default=DAY, ge=0)
     """... and none older than this."""
+    history_after: float | None = pydantic.Field(default=600.0, ge=0)
+    """Completed jobs finished longer ago than this move from ``jobs_live`` to the history
+    partition of their day (sql/schema/history.sql), which GC drops whole once the day is past
+    ``completed_after``: no row by row deletes, and the space goes back to the operating
+    system. None moves nothing (nor does a ``completed_after`` of None)."""
+    drop_lock_timeout: float = pydantic.Field(default=1.0, gt=0)
+    """Dropping a day's partition locks ``jobs`` for a moment; it waits at most this many
+    seconds for the lock (and so holds up the statements queued behind it at most as long),
+    and otherwise leaves the day to the next run."""
 
 
 class SweepInput(pydantic.BaseModel):
@@ -49,7 +61,13 @@ class SweepInput(pydantic.BaseModel):
 
 
 async def collect_garbage(db: Database, params: GcInput) -> dict[str, Any]:
-    """Delete finished jobs past retention, in batches, and orphaned flow rows."""
+    """Move completed jobs to history and drop the days past retention, then delete finished
+    jobs past retention, in batches, and orphaned flow rows. Each step is a transaction of its
+    own under GC's advisory lock; a drop holds ``jobs`` locked only for its own."""
+    moved = await move_to_history(db, params)
+    if moved is None:
+        return {"skipped": "another GC is running"}
+    dropped, left = await drop_history(db, params)
     deleted = 0
     async with db.transaction() as conn:
         if not await db.fetchval("try_lock", f"{db.schema}:gc", conn=conn):
@@ -72,7 +90,68 @@ async def collect_garbage(db: Database, params: GcInput) -> dict[str, Any]:
         )
         await db.fetchval("gc_dedup_holds", conn=conn)
         await db.fetchval("gc_workers", conn=conn)
-    return {"deleted_jobs": deleted, "deleted_flows": len(flows), "deleted_events": events}
+    result: dict[str, Any] = {
+        "deleted_jobs": deleted,
+        "deleted_flows": len(flows),
+        "deleted_events": events,
+        "moved_to_history": moved,
+        "dropped_days": dropped,
+    }
+    if left:
+        result["days_left_locked"] = left
+    return result
+
+
+async def move_to_history(db: Database, params: GcInput) -> int | None:
+    """Move the completed jobs finished more than ``history_after`` ago to the partitions of
+    their days, creating those as needed, a batch per transaction (so a backlog, as after the
+    upgrade, never makes one long transaction); how many moved (None: another GC holds the
+    lock)."""
+    moved = 0
+    while True:
+        async with db.transaction() as conn:
+            if not await db.fetchval("try_lock", f"{db.schema}:gc", conn=conn):
+                return None if moved == 0 else moved
+            if params.history_after is None or params.completed_after is None:
+                return 0
+            rows = await db.fetch("history_batch", params.history_after, params.batch, conn=conn)
+            for day in sorted({row["day"] for row in rows}):
+                await db.fetchval("create_history_partition", day, conn=conn)
+            if rows:
+                moved += await db.fetchval(
+                    "move_to_history",
+                    [row["id"] for row in rows],
+                    [row["day"] for row in rows],
+                    conn=conn,
+                )
+        if len(rows) < params.batch:
+            return moved
+
+
+async def drop_history(db: Database, params: GcInput) -> tuple[dict[str, int], list[str]]:
+    """Drop each history day past ``completed_after``, each in a transaction of its own: the
+    jobs it held by day, and the days left to the next run (their locks not had within
+    ``drop_lock_timeout``, or a deadlock PostgreSQL broke by failing the drop)."""
+    dropped: dict[str, int] = {}
+    left: list[str] = []
+    if params.completed_after is None:
+        return dropped, left
+    days = await db.fetch("droppable_history_days", params.completed_after)
+    for row in days:
+        try:
+            async with db.transaction() as conn:
+                if not await db.fetchval("try_lock", f"{db.schema}:gc", conn=conn):
+                    break
+                await db.fetchval(
+                    "set_lock_timeout", round(params.drop_lock_timeout * 1000), conn=conn
+                )
+                held = await db.fetchval("drop_history_day", row["day"], conn=conn)
+        except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError):
+            left.append(row["day"].isoformat())
+            continue
+        if held is not None:
+            dropped[row["day"].isoformat()] = held
+    return dropped, left
 
 
 class VacuumInput(pydantic.BaseModel):

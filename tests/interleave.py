@@ -63,3 +63,17 @@ async def overlap(
                     await tx.rollback()
             raise
     return first_result, second_result, waited
+
+
+async def wait_until_blocking(pool: asyncpg.Pool, pid: int) -> None:
+    """Return once some session waits for a lock that the session ``pid`` holds (seen in
+    ``pg_blocking_pids``): the point where a concurrent statement is known to be queued."""
+
+    async def blocking() -> bool:
+        return bool(
+            await pool.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", pid
+            )
+        )
+
+    await eventually(blocking)

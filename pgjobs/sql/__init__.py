@@ -144,6 +144,8 @@ DEFINITION_FILES = (
     "cancel_and_remove_jobs.sql",
     "job_events.sql",
     "finished_counts.sql",
+    "job_logs_integrity.sql",
+    "history.sql",
     "event_positions.sql",
 )
 """The files of schema/, in applying order (a SQL function is checked against the functions it

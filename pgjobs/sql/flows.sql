@@ -76,6 +76,7 @@ WITH redriven AS (
     UPDATE {schema}.jobs j
     SET status = 'pending', attempts = 0, deferrals = 0, stalls = 0, run_at = now(),
         finished_at = NULL, lock_token = NULL, locked_until = NULL,
+        history_day = 'infinity',  -- back to jobs_live (migration 0007)
         last_error = j.last_error - 'deferred'  -- a re-drive runs it (rescue_stalled_jobs.sql)
     WHERE j.flow_id = $1 AND j.status IN ('dead', 'cancelled')
     RETURNING j.id, j.queue

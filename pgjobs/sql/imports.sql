@@ -108,8 +108,11 @@ ORDER BY k.n;
 
 -- name: assign_job_keys
 -- Give each job of queue $1 among ids $2 that has no job key the key of a newly drawn job id
--- (one no job will ever have as its id); returns those jobs' ids and new keys.
-UPDATE {schema}.jobs j SET job_key = nextval('{schema}.jobs_id_seq')::text
+-- (one no job will ever have as its id); returns those jobs' ids and new keys. A job with a
+-- key lives in jobs_live, where the key's unique index is (sql/schema/history.sql): one in a
+-- history partition moves back.
+UPDATE {schema}.jobs j
+SET job_key = nextval('{schema}.jobs_id_seq')::text, history_day = 'infinity'
 WHERE j.queue = $1 AND j.id = ANY($2::bigint[]) AND j.job_key IS NULL
 RETURNING j.id, j.job_key;
 

@@ -49,7 +49,7 @@ one_per_key AS (
 redriven AS (
     UPDATE {schema}.jobs j
     SET status = 'pending', run_at = now(), finished_at = NULL, lock_token = NULL,
-        locked_until = NULL,
+        locked_until = NULL, history_day = 'infinity',  -- back to jobs_live (migration 0007)
         attempts = CASE WHEN $1::bool THEN 0 ELSE j.attempts END,
         deferrals = CASE WHEN $1::bool THEN 0 ELSE j.deferrals END,
         stalls = CASE WHEN $1::bool THEN 0 ELSE j.stalls END,
@@ -125,9 +125,10 @@ RETURNING id;
 
 -- name: append_log
 -- Append a log line to job $1 (tenant-scoped); keep only the newest $5 lines when $5 is set.
-WITH job AS (
+WITH job AS (  -- locked as a foreign key would: a delete waits, and its trigger sees the line
     SELECT id FROM {schema}.jobs
     WHERE id = $1 AND ($3::bool OR tenant IS NOT DISTINCT FROM $2::text)
+    FOR KEY SHARE
 ),
 added AS (
     INSERT INTO {schema}.job_logs (job_id, line) SELECT id, $4 FROM job RETURNING job_id, seq
@@ -151,6 +152,7 @@ SELECT CASE WHEN EXISTS (SELECT FROM added)
 -- log holds now (none: not owned).
 WITH job AS (
     SELECT id FROM {schema}.jobs WHERE id = $1 AND lock_token = $2 AND status = 'running'
+    FOR KEY SHARE
 ),
 added AS (
     INSERT INTO {schema}.job_logs (job_id, line) SELECT id, $3 FROM job RETURNING seq

@@ -49,20 +49,21 @@ FROM {schema}.finished_counts c
 GROUP BY c.status;
 
 -- name: fold_finished_counts
--- Fold the finished counts into one row per queue and status (rows summing to 0 go), unless
--- another session is folding them now; returns how many rows were folded. Concurrent changes
--- append rows this statement's snapshot does not see, which it leaves as they are.
+-- Fold the finished counts into one row per queue, status and partition (rows summing to 0
+-- go), unless another session is folding them now; returns how many rows were folded.
+-- Concurrent changes append rows this statement's snapshot does not see, which it leaves as
+-- they are.
 WITH folding AS (
     SELECT pg_try_advisory_xact_lock(hashtextextended('{schema}.finished_counts', 0)) AS ok
 ),
 gone AS (
     DELETE FROM {schema}.finished_counts c USING folding f WHERE f.ok
-    RETURNING c.queue, c.status, c.n
+    RETURNING c.queue, c.status, c.history_day, c.n
 ),
 folded AS (
-    INSERT INTO {schema}.finished_counts (queue, status, n)
-    SELECT g.queue, g.status, sum(g.n) FROM gone g
-    GROUP BY g.queue, g.status HAVING sum(g.n) <> 0
+    INSERT INTO {schema}.finished_counts (queue, status, history_day, n)
+    SELECT g.queue, g.status, g.history_day, sum(g.n) FROM gone g
+    GROUP BY g.queue, g.status, g.history_day HAVING sum(g.n) <> 0
 )
 SELECT count(*) FROM gone;
 

@@ -17,7 +17,7 @@ from bullmq_compat import job_scheduler
 from pgjobs import JobFilter, JobQueue
 from tests.dashboard.clients import client_for, csrf_of
 from tests.factories import insert_job
-from tests.helpers import eventually
+from tests.interleave import wait_until_blocking
 
 
 @pytest.fixture
@@ -321,15 +321,7 @@ async def test_an_edit_waits_for_an_upsert_in_flight_and_keeps_its_template(
         )
         pid = conn.get_server_pid()
 
-        async def blocked() -> bool:
-            return bool(
-                await jobs.pool.fetchval(
-                    "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
-                    pid,
-                )
-            )
-
-        await eventually(blocked)
+        await wait_until_blocking(jobs.pool, pid)
         assert not editing.done()
     await editing
     scheduler = await queue.getJobScheduler("digest")

@@ -114,7 +114,13 @@ async def test_gc_removes_orphaned_flow_rows(jobs: JobQueue, kinds) -> None:
     submitted = await jobs.submit_flow(flow)
     await jobs.worker(queues=["m"]).run(until_drained=True)
     result = await collect_garbage(jobs.db, GcInput(completed_after=0, flow_rows_after=0))
-    assert result == {"deleted_jobs": 1, "deleted_flows": 1, "deleted_events": 0}
+    assert result == {
+        "deleted_jobs": 1,
+        "deleted_flows": 1,
+        "deleted_events": 0,
+        "moved_to_history": 0,  # finished less than history_after ago
+        "dropped_days": {},
+    }
     assert (
         await jobs.db.pool.fetchval(
             f"SELECT count(*) FROM {jobs.schema}.flows WHERE id = $1", submitted.flow_id
@@ -204,6 +210,8 @@ async def test_maintenance_runs_as_scheduled_jobs(jobs: JobQueue, kinds) -> None
         "deleted_jobs": 1,
         "deleted_flows": 0,
         "deleted_events": 0,
+        "moved_to_history": 0,
+        "dropped_days": {},
     }
     assert (await rollup(jobs))["completed"] >= 1
 
@@ -219,12 +227,14 @@ async def test_concurrent_gc_runs_are_serialised(jobs: JobQueue, kinds) -> None:
 
 async def test_vacuum_runs_on_tables_past_the_threshold_only(jobs: JobQueue, kinds) -> None:
     # Where the server's autovacuum is on, keep it off this table: the test counts vacuums.
-    await jobs.db.pool.execute(f"ALTER TABLE {jobs.schema}.jobs SET (autovacuum_enabled = false)")
+    await jobs.db.pool.execute(
+        f"ALTER TABLE {jobs.schema}.jobs_live SET (autovacuum_enabled = false)"
+    )
     await jobs.enqueue_many([JobSpec("ok", {"n": i}) for i in range(200)])
     await jobs.worker(queues=["m"]).run(until_drained=True)  # claim + finish: dead tuples
     stats = (
         "SELECT n_dead_tup AS dead, vacuum_count AS vacuums FROM pg_stat_user_tables"
-        " WHERE schemaname = $1 AND relname = 'jobs'"
+        " WHERE schemaname = $1 AND relname = 'jobs_live'"
     )
 
     async def dead_counted() -> bool:  # the statistics are published within seconds
@@ -234,7 +244,7 @@ async def test_vacuum_runs_on_tables_past_the_threshold_only(jobs: JobQueue, kin
     await eventually(dead_counted)
     assert await vacuum_churning_tables(jobs.db, VacuumInput(min_dead=10**9)) == {"vacuumed": {}}
     result = await vacuum_churning_tables(jobs.db, VacuumInput(min_dead=100, dead_fraction=0))
-    assert list(result["vacuumed"]) == ["jobs"] and result["vacuumed"]["jobs"] >= 200
+    assert list(result["vacuumed"]) == ["jobs_live"] and result["vacuumed"]["jobs_live"] >= 200
     after = await jobs.db.pool.fetchrow(stats, jobs.schema)
     # Vacuumed exactly once. Its dead-tuple count is not asserted: other backends publish their
     # own counts when they go idle, up to seconds late (PostgreSQL 15), possibly after the vacuum's.

@@ -3,7 +3,8 @@
 
 -- note_job_group: a job's insert records its group (a row of job_groups, new groups first in
 -- the rotation) and, with the queue's first group, marks the queue grouped. Fired only for a
--- job with a group key (the trigger's WHEN), so other inserts pay nothing.
+-- job in flight with a group key (the trigger's WHEN), so other inserts, and a finished job's
+-- move to a history partition (an insert there), pay nothing.
 CREATE OR REPLACE FUNCTION {schema}.note_job_group() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
 BEGIN
@@ -208,4 +209,4 @@ END
 $fn$;
 
 CREATE OR REPLACE TRIGGER jobs_note_group AFTER INSERT ON {schema}.jobs
-    FOR EACH ROW WHEN (NEW.group_key IS NOT NULL) EXECUTE FUNCTION {schema}.note_job_group();
+    FOR EACH ROW WHEN (NEW.group_key IS NOT NULL AND NEW.finished_at IS NULL) EXECUTE FUNCTION {schema}.note_job_group();
