@@ -161,13 +161,14 @@ FROM (SELECT CASE WHEN $10::text IS NOT NULL
 WITH owned AS (
     SELECT j.id FROM {schema}.jobs j
     JOIN unnest($1::bigint[], $2::uuid[]) AS h(id, token) ON j.id = h.id AND j.lock_token = h.token
+        AND j.history_day = 'infinity'  -- running: jobs_live, pruned when planned
     ORDER BY j.id
     FOR UPDATE OF j
 )
 UPDATE {schema}.jobs j
 SET heartbeat_at = now(), locked_until = now() + make_interval(secs => $3::float8)
 FROM owned
-WHERE j.id = owned.id
+WHERE j.id = owned.id AND j.history_day = 'infinity'
 RETURNING j.id;
 
 -- name: heartbeat_relaxed
@@ -177,6 +178,7 @@ WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true)),
 owned AS (
     SELECT j.id FROM {schema}.jobs j
     JOIN unnest($1::bigint[], $2::uuid[]) AS h(id, token) ON j.id = h.id AND j.lock_token = h.token
+        AND j.history_day = 'infinity'  -- running: jobs_live, pruned when planned
     CROSS JOIN relaxed
     ORDER BY j.id
     FOR UPDATE OF j
@@ -184,7 +186,7 @@ owned AS (
 UPDATE {schema}.jobs j
 SET heartbeat_at = now(), locked_until = now() + make_interval(secs => $3::float8)
 FROM owned
-WHERE j.id = owned.id
+WHERE j.id = owned.id AND j.history_day = 'infinity'
 RETURNING j.id;
 
 -- name: rescue_stalled

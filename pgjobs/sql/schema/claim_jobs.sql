@@ -99,7 +99,8 @@ BEGIN
             IF s.concurrency IS NOT NULL THEN
                 allow := least(allow, s.concurrency - (
                     SELECT count(*) FROM {schema}.jobs r
-                    WHERE r.queue = s.queue AND r.status = 'running')::int);
+                    WHERE r.queue = s.queue AND r.status = 'running'
+                      AND r.history_day = 'infinity')::int);
             END IF;
             IF s.rate_limit IS NOT NULL THEN
                 IF s.window_start IS NULL
@@ -166,6 +167,7 @@ BEGIN
             CROSS JOIN LATERAL (
                 SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j
                 WHERE j.queue = q.queue AND j.status = 'pending'
+                  AND j.history_day = 'infinity'  -- jobs_live (history.sql): pruned when planned
                   AND (j.pending_deps = 0 OR NOT j.waits)  -- jobs_claim_idx's predicate
                   AND j.run_at <= now() AND j.kind = ANY(p_kinds)
                 ORDER BY j.priority DESC, j.run_at, j.id
@@ -188,7 +190,7 @@ BEGIN
             heartbeat_at = now(), locked_until = now() + make_interval(secs => p_lease),
             started_at = now(), worker = p_worker,
             waits = true  -- once run, it waits for its prerequisites when it goes back
-        WHERE j.id = ANY(picked)
+        WHERE j.id = ANY(picked) AND j.history_day = 'infinity'
           AND j.status = 'pending'  -- locked by the pick (a grouped pick, unlocked: re-checked)
         RETURNING j.*
     ),

@@ -80,6 +80,7 @@ BEGIN
                                          OR qs.rate_limit IS NOT NULL))
                   AND NOT EXISTS (SELECT FROM {schema}.jobs a
                                   WHERE a.queue = p_queue AND a.status = 'pending'
+                                    AND a.history_day = 'infinity'
                                     AND (a.pending_deps = 0 OR NOT a.waits)
                                     AND a.priority >= p_priority
                                     AND a.run_at <= now())

@@ -53,6 +53,7 @@ BEGIN
                  f.status = 'completed' AND j.pending_deps > 0 AS refused
           FROM {schema}.jobs j, unnest(p_ids, p_tokens, p_statuses) AS f(id, token, status)
           WHERE j.id = f.id AND j.lock_token = f.token
+            AND j.history_day = 'infinity'  -- running: jobs_live (history.sql), pruned when planned
           ORDER BY j.id
           FOR UPDATE OF j) x;
     -- Retention {"count": 0} for the status written, of a job no other depends on: it goes
@@ -114,7 +115,7 @@ BEGIN
         FROM unnest(p_ids, p_tokens, p_statuses, p_outputs, p_delays, p_errors, p_refunds,
                     p_deferred) AS f(id, token, status, output, delay, error, refund, deferred)
         WHERE j.id = f.id AND j.lock_token = f.token  -- a token is set only while running
-          AND NOT j.id = ANY(refused)
+          AND j.history_day = 'infinity' AND NOT j.id = ANY(refused)
         RETURNING j.id, j.status, j.queue, j.retention -> j.status AS rule,
                   j.dedup_key IS NOT NULL AS keyed
     ),
