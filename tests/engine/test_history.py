@@ -369,7 +369,12 @@ async def append_line(conn: asyncpg.Connection, schema: str, job_id: int) -> int
     )
 
 
-async def test_a_drop_waits_for_a_line_being_appended_and_takes_it(jobs: JobQueue, kinds) -> None:
+@pytest.mark.parametrize("drop_first", [False, True], ids=["append_first", "drop_first"])
+async def test_a_log_line_racing_the_drop_of_its_day(
+    jobs: JobQueue, kinds, drop_first: bool
+) -> None:
+    """Appended first, the line holds the drop back and goes with the day; appended behind the
+    drop, it finds no job. Either way no line outlives its job."""
     [job_id] = await run_all(jobs, Item(n=1))
     day = await moved_to_its_day(jobs, job_id, 9)
     schema = jobs.db.schema
@@ -377,26 +382,14 @@ async def test_a_drop_waits_for_a_line_being_appended_and_takes_it(jobs: JobQueu
     async def drop(conn: asyncpg.Connection) -> int:
         return int(await conn.fetchval(f"SELECT {schema}.drop_history_day($1)", day))
 
-    appended, held, waited = await overlap(
-        jobs.pool, lambda conn: append_line(conn, schema, job_id), drop
-    )
-    assert (appended, held, waited) == (1, 1, True)
-    lines = f"SELECT count(*) FROM {schema}.job_logs WHERE job_id = $1"
-    assert await jobs.get(job_id) is None and await jobs.pool.fetchval(lines, job_id) == 0
+    async def append(conn: asyncpg.Connection) -> int:
+        return await append_line(conn, schema, job_id)
 
-
-async def test_a_line_appended_while_the_day_drops_finds_no_job(jobs: JobQueue, kinds) -> None:
-    [job_id] = await run_all(jobs, Item(n=1))
-    day = await moved_to_its_day(jobs, job_id, 9)
-    schema = jobs.db.schema
-
-    async def drop(conn: asyncpg.Connection) -> int:
-        return int(await conn.fetchval(f"SELECT {schema}.drop_history_day($1)", day))
-
-    held, appended, waited = await overlap(
-        jobs.pool, drop, lambda conn: append_line(conn, schema, job_id)
-    )
-    assert (held, appended, waited) == (1, 0, True)
+    if drop_first:
+        held, appended, waited = await overlap(jobs.pool, drop, append)
+    else:
+        appended, held, waited = await overlap(jobs.pool, append, drop)
+    assert (held, appended, waited) == (1, 0 if drop_first else 1, True)
     lines = f"SELECT count(*) FROM {schema}.job_logs WHERE job_id = $1"
     assert await jobs.get(job_id) is None and await jobs.pool.fetchval(lines, job_id) == 0
     await assert_counts_exact(jobs)
